@@ -4,6 +4,11 @@
 // goroutines and does no I/O, so the server's event loop and the client
 // library can both drive it from their own buffers.
 //
+// A reader feeds its buffered input to SplitLine, hands each complete line to
+// ParseRequest (server) or ParseResponse (client), and drops the n bytes the
+// line took. The parsed values alias that input, so they are only valid until
+// the buffer is reused.
+//
 // The full protocol is described in docs/protocol.md.
 package codec
 
@@ -43,4 +48,11 @@ type Request struct {
 	LeaseMs uint32 // A and K: 1..MaxLeaseMs
 	WaitMs  int64  // A: WaitForever, WaitNone or 1..MaxWaitMs
 	Token   uint64 // R: 0 when absent; K: never 0
+}
+
+// ValidKey reports whether key is a well-formed key: 1..MaxKey bytes, none of
+// them a space, a control byte or DEL. Any UTF-8 (or other high) bytes are
+// allowed.
+func ValidKey(key []byte) bool {
+	return len(key) <= MaxKey && isWord(key)
 }

@@ -6,14 +6,84 @@
 // It knows nothing of connections or time: leases are stored as a duration
 // (lease_ms), and the engine turns them into deadlines on every replica when
 // the Observer tells it a grant or extend was applied.
+//
+// # Fencing tokens
+//
+// Each shard keeps a counter seq, persisted with the table. A Grant that
+// takes a key increments it and issues
+//
+//	token = seq<<ShardBits | shardID    (shardID in 1..MaxShards)
+//
+// Because seq only grows and is part of the replicated state (it survives
+// restarts and travels in snapshots), tokens strictly increase per shard, so
+// every grant of a key gets a larger token than all earlier grants of that
+// key. Because the low ShardBits bits are the shard id, two shards can never
+// issue the same token, and no token is 0 (which Release uses for "any
+// holder"). seq would need 2^54 grants in one shard to overflow.
+//
+// # Encoding of an entry
+//
+// One Raft entry carries one Batch, little endian:
+//
+//	header (21 bytes, fixed so that Seal can patch it in place):
+//	  version  u8   (1)
+//	  proposer u64
+//	  seq      u64
+//	  count    u32  number of commands that follow
+//	count times:
+//	  op       u8   (OpGrant..OpExpire)
+//	  keylen   uvarint, 1..MaxKeyLen
+//	  key      keylen bytes
+//	  Grant:   lease_ms uvarint
+//	  Release: token uvarint (0 = whoever holds the key)
+//	  Extend:  token uvarint, lease_ms uvarint
+//	  Expire:  token uvarint
+//
+// Varints must be minimal and lease_ms must fit in 32 bits; nothing may
+// follow the last command. An entry with zero commands is valid: the engine
+// uses it as a barrier.
+//
+// # Pebble layout
+//
+// All shards of a node share one pebble DB (see OpenDB):
+//
+//	't' shard(u32 BE) key  ->  token u64 LE, lease_ms u32 LE   the lock table
+//	'm' shard(u32 BE)      ->  applied u64 LE, seq u64 LE      the shard's meta
+//
+// The big-endian shard id keeps each shard's table one contiguous key range,
+// so a shard can be scanned or dropped (DeleteRange) on its own.
+//
+// Each Update writes ONE pebble batch: every row the entries set or deleted,
+// in command order, plus the meta (applied = the last entry's index, seq),
+// committed without fsync. The Raft log is the durable record; dragonboat
+// calls Sync (a WAL fsync) before it compacts that log, and pebble's WAL
+// keeps batches in order, so a crash can only lose a suffix of applied
+// entries, which dragonboat then re-applies. A shard's meta is present if
+// and only if its table is complete: Open treats rows without meta as the
+// remains of an interrupted snapshot recovery and drops them.
+//
+// # Snapshot stream
+//
+//	header:  magic "btsn", version u8 (1), shard u32 LE, applied u64 LE,
+//	         seq u64 LE
+//	records: keylen uvarint (1..MaxKeyLen), key, token uvarint,
+//	         lease_ms uvarint; in key order
+//	trailer: 0x00 (a keylen no record has), record count u64 LE,
+//	         CRC-32C u32 LE of every byte before it
+//
+// RecoverFromSnapshot reads and checks the whole stream before it touches
+// pebble, so a truncated or corrupt stream is an error that leaves the
+// existing table as it was.
+//
+// # Memory and concurrency
+//
+// Each shard's state machine mirrors its table in memory (key -> token,
+// lease), so Update never reads pebble. dragonboat may call Lookup while
+// Update or RecoverFromSnapshot runs; Lookup reads the in-memory table under
+// a read lock, which Update holds for writing only while it applies
+// commands (not while pebble commits) and RecoverFromSnapshot only to swap
+// in the new table. Lookup returns ErrClosed after Close.
 package statemachine
-
-// SKELETON: signatures agreed between packages; bodies are being written.
-
-import (
-	"github.com/cockroachdb/pebble"
-	sm "github.com/lni/dragonboat/v4/statemachine"
-)
 
 // MaxShards is the largest shard id: a token carries its shard id in its low
 // ShardBits bits, so tokens of different shards never collide.
@@ -21,6 +91,9 @@ const (
 	ShardBits = 10
 	MaxShards = 1<<ShardBits - 1
 )
+
+// MaxKeyLen is the longest key a command may carry (the protocol's limit).
+const MaxKeyLen = 250
 
 // Op is a replicated command's kind.
 type Op uint8
@@ -59,7 +132,7 @@ const (
 // Result is the outcome of one command, in the order of the batch.
 type Result struct {
 	Code  Code
-	Token uint64 // Granted: the new token; Released/Expired: the freed token
+	Token uint64 // Granted: the new token; Released/Expired: the freed token; Extended: the holder's token
 }
 
 // Header identifies a batch's proposer, so that the proposing node can pair
@@ -68,28 +141,6 @@ type Result struct {
 type Header struct {
 	Proposer uint64
 	Seq      uint64
-}
-
-// Batch builds one Raft entry from many commands. The zero value is ready.
-type Batch struct{}
-
-// Append adds c to the batch, copying its key.
-func (b *Batch) Append(c Command) { panic("unimplemented") }
-
-// Len is the number of commands in the batch.
-func (b *Batch) Len() int { panic("unimplemented") }
-
-// Seal writes h into the batch and returns the encoded entry. The bytes stay
-// valid until the next Reset.
-func (b *Batch) Seal(h Header) []byte { panic("unimplemented") }
-
-// Reset empties the batch, keeping its memory.
-func (b *Batch) Reset() { panic("unimplemented") }
-
-// DecodeBatch decodes an entry into its header and commands, appending the
-// commands to cmds (keys alias data). A malformed entry is an error.
-func DecodeBatch(data []byte, cmds []Command) (Header, []Command, error) {
-	panic("unimplemented")
 }
 
 // Lock is one held lock as the table stores it.
@@ -101,23 +152,21 @@ type Lock struct {
 
 // Observer learns, on every replica and in log order, what the table did.
 // Calls for one shard never overlap; calls for different shards may.
-// Byte slices are valid only during the call.
+// Byte slices are valid only during the call, and are read-only.
 type Observer interface {
 	// Reset says the shard's table was (re)loaded wholesale, by Open or by
 	// RecoverFromSnapshot: forget what you knew of the shard and call each
-	// to learn every lock it holds now.
+	// to learn every lock it holds now. each calls fn once per held lock,
+	// in no particular order; it may be called only during Reset (it reads
+	// the table Update will change afterwards). Lock.Key aliases the
+	// table's own key: copy it to keep it, never modify it.
 	Reset(shardID uint64, each func(fn func(Lock)))
 	// Applied reports one applied entry: its header, commands and results
 	// (results[i] belongs to cmds[i]). It is called after the entry's
-	// changes are in the table.
+	// changes are in the table (committed to pebble), once per decodable
+	// entry, including entries with zero commands; undecodable entries are
+	// not reported. Command.Key aliases the Raft entry.
 	Applied(shardID uint64, index uint64, h Header, cmds []Command, results []Result)
-}
-
-// Factory returns the dragonboat constructor for baton's on-disk state
-// machine. All shards of a node share db (keys are prefixed by shard id);
-// obs is told of every change.
-func Factory(db *pebble.DB, obs Observer) sm.CreateOnDiskStateMachineFunc {
-	panic("unimplemented")
 }
 
 // LookupKey is the query type the state machine's Lookup accepts: it answers

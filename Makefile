@@ -1,0 +1,47 @@
+# Developer and CI entry points. `make test` is what CI runs (.ci/run).
+
+GO       ?= go
+GOFMT    ?= gofmt
+FUZZTIME ?= 30s
+
+# bash with pipefail, so that a failing command in a pipe fails the target.
+SHELL       := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+.PHONY: build run test bench fuzz clean
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+# One single-node cluster on the default ports, data in ./baton-data.
+run: build
+	./bin/batond
+
+test:
+	$(GO) vet ./...
+	@unformatted="$$($(GOFMT) -l .)"; \
+	if [ -n "$$unformatted" ]; then \
+		echo "gofmt needed on:"; echo "$$unformatted"; exit 1; \
+	fi
+	$(GO) test -race -timeout 9m ./...
+
+# cmd/ and tools/ hold only end-to-end tests, whose TestMain would build
+# batond for nothing.
+bench:
+	$(GO) test -run='^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e /cmd/ -e /tools/)
+
+# Every fuzz target of the module, each for FUZZTIME. go test -list prints a
+# package's matching names, then its "ok <package>" line.
+fuzz:
+	@targets="$$($(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { names = names " " $$1 } \
+		/^ok/ { k = split(names, a, " "); for (i = 1; i <= k; i++) print $$2 ":" a[i]; names = "" }')"; \
+	if [ -z "$$targets" ]; then echo "no fuzz targets found"; exit 1; fi; \
+	for target in $$targets; do \
+		pkg="$${target%%:*}"; name="$${target##*:}"; \
+		echo "== $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) "$$pkg"; \
+	done
+
+clean:
+	rm -rf bin/
+	$(GO) clean -testcache

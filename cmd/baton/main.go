@@ -1,0 +1,109 @@
+// Command baton is the command-line client of the baton lock service.
+//
+// It is a dispatcher of subcommands; for now there is one, bench, the load
+// generator (package bench). See baton --help.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit statuses.
+const (
+	exitOK       = 0
+	exitFailed   = 1 // the command ran and failed, or could not start
+	exitBadUsage = 2 // a flag or argument is wrong
+	// exitInterrupted follows the shell's 128+SIGINT.
+	exitInterrupted = 130
+)
+
+// env is what a subcommand may use of the outside world; tests pass their
+// own.
+type env struct {
+	ctx    context.Context // cancelled on the first SIGINT or SIGTERM
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+}
+
+// command is one subcommand. run gets the arguments after the name.
+type command struct {
+	name    string
+	summary string
+	run     func(e env, args []string) int
+}
+
+// commands lists the subcommands in the order --help shows them.
+var commands = []command{
+	{"bench", "drive load against a server and measure it", runBench},
+}
+
+const usage = `baton: command-line client of the baton distributed lock service.
+
+Usage:
+  baton <command> [flags]
+  baton <command> --help     flags of one command
+
+Commands:
+%s
+Environment:
+  BATON_ADDR   default server address(es) for --addr, comma-separated
+               (otherwise 127.0.0.1:7700)
+
+Exit status: 0 success, 1 failure, 2 bad usage, 130 interrupted.
+`
+
+func usageText() string {
+	var list string
+	for _, c := range commands {
+		list += fmt.Sprintf("  %-10s %s\n", c.name, c.summary)
+	}
+	return fmt.Sprintf(usage, list)
+}
+
+func main() {
+	raiseFileLimit()
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		// The first signal asks the command to wind down (a bench still
+		// releases its locks and prints what it measured); a second one
+		// means now.
+		<-sig
+		cancel()
+		<-sig
+		fmt.Fprintln(os.Stderr, "baton: interrupted")
+		os.Exit(exitInterrupted)
+	}()
+	os.Exit(run(env{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:]))
+}
+
+func run(e env, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(e.stderr, usageText())
+		return exitBadUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if name == "help" && len(args) > 1 {
+			// "baton help bench" is "baton bench --help".
+			return run(e, []string{args[1], "--help"})
+		}
+		fmt.Fprint(e.stdout, usageText())
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == name {
+			return c.run(e, args[1:])
+		}
+	}
+	fmt.Fprintf(e.stderr, "baton: unknown command %q (see baton --help)\n", name)
+	return exitBadUsage
+}

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package main
+
+func raiseFileLimit() {}
+
+func fileLimit() uint64 { return 0 }

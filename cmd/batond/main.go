@@ -1,0 +1,164 @@
+// Command batond is the baton lock server. Run with no flags it is a
+// single-node cluster on 127.0.0.1:7700 with its data in ./baton-data; see
+// batond --help and docs/protocol.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/baton-dev/baton/engine"
+)
+
+// Exit statuses.
+const (
+	exitOK       = 0
+	exitFailed   = 1 // could not start, or stopped with an error
+	exitBadUsage = 2 // a flag is wrong
+)
+
+const usage = `batond: the baton distributed lock server.
+
+Usage:
+  batond [flags]
+
+With no flags, batond runs a single-node cluster: clients on 127.0.0.1:7700,
+Raft on 127.0.0.1:7701, data in ./baton-data.
+
+A cluster: start every node with the same --peers, each with its own --id:
+  batond --id 2 --data DIR \
+    --peers 127.0.0.1:7701/127.0.0.1:7700,127.0.0.1:7711/127.0.0.1:7710,127.0.0.1:7721/127.0.0.1:7720
+
+Flags:
+  --id N          this node's 1-based position in --peers (default 1)
+  --peers LIST    every node as RAFT_ADDR/CLIENT_ADDR, comma-separated, in
+                  leadership priority order: the first live one leads
+                  (default 127.0.0.1:7701/127.0.0.1:7700)
+  --data DIR      where the node keeps its Raft log and lock table; restart
+                  with the same DIR to resume (default ./baton-data)
+  --shards N      number of Raft groups keys are spread over, fixed when the
+                  cluster is first started; 0 takes the value stored in DIR
+                  (default 0, meaning 4 for a new data dir)
+  --http ADDR     serve /metrics (Prometheus), /healthz and /status (JSON)
+                  on ADDR, e.g. 127.0.0.1:7780 (default off)
+  --rtt DURATION  Raft tick: heartbeats every tick, elections after 10
+                  (default 10ms)
+  --log-level L   debug, info, warn or error (default info)
+  --help          show this text
+
+SIGINT or SIGTERM stops the node gracefully and exits 0.
+`
+
+type options struct {
+	id       uint64
+	peers    string
+	data     string
+	shards   int
+	http     string
+	rtt      time.Duration
+	logLevel string
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	opts, err := parseFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "batond: %v (see batond --help)\n", err)
+		return exitBadUsage
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(opts.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "batond: --log-level %q: want debug, info, warn or error\n", opts.logLevel)
+		return exitBadUsage
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	peers, err := engine.ParsePeers(opts.peers)
+	if err != nil {
+		fmt.Fprintf(stderr, "batond: --peers: %v\n", err)
+		return exitBadUsage
+	}
+
+	// Bind the HTTP port first so that a taken port fails before the node
+	// touches its data dir.
+	var httpLn net.Listener
+	if opts.http != "" {
+		if httpLn, err = net.Listen("tcp", opts.http); err != nil {
+			fmt.Fprintf(stderr, "batond: --http: %v\n", err)
+			return exitFailed
+		}
+	}
+	node, err := engine.Start(engine.Config{
+		ID: opts.id, Peers: peers, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt, Logger: log,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
+		return exitFailed
+	}
+	if httpLn != nil {
+		srv := &http.Server{Handler: node.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(httpLn) }()
+		defer srv.Close()
+	}
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	got := <-sig
+	log.Info("stopping", "signal", got.String())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := node.Stop(ctx); err != nil {
+		fmt.Fprintf(stderr, "batond: stop: %s\n", oneLine(err))
+		return exitFailed
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("batond", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported in one line by run
+	fs.Uint64Var(&o.id, "id", 1, "")
+	fs.StringVar(&o.peers, "peers", engine.DefaultRaftAddr+"/"+engine.DefaultClientAddr, "")
+	fs.StringVar(&o.data, "data", engine.DefaultDataDir, "")
+	fs.IntVar(&o.shards, "shards", 0, "")
+	fs.StringVar(&o.http, "http", "", "")
+	fs.DurationVar(&o.rtt, "rtt", 10*time.Millisecond, "")
+	fs.StringVar(&o.logLevel, "log-level", "info", "")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case o.shards < 0:
+		return o, fmt.Errorf("--shards %d: must be at least 1", o.shards)
+	case o.rtt < time.Millisecond:
+		return o, fmt.Errorf("--rtt %v: must be at least 1ms", o.rtt)
+	}
+	return o, nil
+}
+
+// oneLine keeps a start error to one line, as the command-line contract
+// promises.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}

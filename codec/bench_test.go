@@ -1,0 +1,108 @@
+package codec
+
+import "testing"
+
+var (
+	acquireLine = []byte("A orders/42 10000 500\n")
+	acquireOK   = Response{Op: OpAcquire, Key: []byte("orders/42"), Status: StatusOK, Token: 1234567}
+)
+
+func BenchmarkParseAcquire(b *testing.B) {
+	var r Request
+	b.ReportAllocs()
+	b.SetBytes(int64(len(acquireLine)))
+	for b.Loop() {
+		line, _, _ := SplitLine(acquireLine)
+		if err := ParseRequest(line, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAppendAcquireOK(b *testing.B) {
+	buf := make([]byte, 0, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendResponse(buf[:0], &acquireOK)
+	}
+}
+
+// BenchmarkParsePipelined reads 100 mixed lines, a third of them bad, from
+// one buffer and answers the bad ones, as the server's read loop does.
+func BenchmarkParsePipelined(b *testing.B) {
+	in := mixedLines(100)
+	out := make([]byte, 0, 8192)
+	var r Request
+	b.ReportAllocs()
+	b.SetBytes(int64(len(in)))
+	for b.Loop() {
+		out = out[:0]
+		for buf := in; ; {
+			line, n, err := SplitLine(buf)
+			if err != nil || n == 0 {
+				break
+			}
+			if err := ParseRequest(line, &r); err != nil {
+				out = AppendParseError(out, &r, err.(*ParseError))
+			}
+			buf = buf[n:]
+		}
+	}
+}
+
+func BenchmarkParseResponse(b *testing.B) {
+	line := []byte("A orders/42 OK 1234567")
+	var r Response
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := ParseResponse(line, &r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestZeroAllocs makes an allocation on the hot path fail the build, not
+// just show up in a benchmark nobody runs.
+func TestZeroAllocs(t *testing.T) {
+	in := mixedLines(100)
+	buf := make([]byte, 0, 8192)
+	errLine := []byte("A orders/42 0 0")
+	respLines := [][]byte{
+		[]byte("A orders/42 OK 1234567"), []byte("Q k HELD 1 2"), []byte("K k NOTHELD"),
+		[]byte("A k MOVED 127.0.0.1:7710"), []byte("? - ERR toolong line longer than 1024 bytes"),
+	}
+	var req Request
+	var resp Response
+	cases := map[string]func(){
+		"parse acquire": func() {
+			line, _, _ := SplitLine(acquireLine)
+			_ = ParseRequest(line, &req)
+		},
+		"parse pipelined": func() {
+			for b := in; ; {
+				line, n, _ := SplitLine(b)
+				if n == 0 {
+					break
+				}
+				_ = ParseRequest(line, &req)
+				b = b[n:]
+			}
+		},
+		"answer bad request": func() {
+			err := ParseRequest(errLine, &req)
+			buf = AppendParseError(buf[:0], &req, err.(*ParseError))
+		},
+		"format request": func() { buf = AppendRequest(buf[:0], &req) },
+		"format response": func() {
+			for _, l := range respLines {
+				_ = ParseResponse(l, &resp)
+				buf = AppendResponse(buf[:0], &resp)
+			}
+		},
+	}
+	for name, f := range cases {
+		if n := testing.AllocsPerRun(100, f); n != 0 {
+			t.Errorf("%s: %v allocs, want 0", name, n)
+		}
+	}
+}

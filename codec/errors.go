@@ -1,0 +1,75 @@
+package codec
+
+import "errors"
+
+// ParseError says why a request line cannot be served as written. Code is
+// the one-word ERR code ("badrequest" or "toolong"), Text a short reason.
+// Every ParseError the package returns is a package-level value, so a bad
+// request costs no allocation; compare with errors.Is.
+type ParseError struct {
+	Code string
+	Text string
+}
+
+func (e *ParseError) Error() string { return e.Code + ": " + e.Text }
+
+// Error codes of ERR responses.
+const (
+	CodeBadRequest  = "badrequest"
+	CodeTooLong     = "toolong"
+	CodeUnavailable = "unavailable"
+	CodeOverloaded  = "overloaded"
+	CodeInternal    = "internal"
+)
+
+// The errors of SplitLine and ParseRequest. Their Text goes on the wire after
+// "ERR <code> ", so it is short, plain ASCII and names the offending field as
+// the protocol does.
+var (
+	// ErrTooLong is a line of more than MaxLine bytes; the server answers it
+	// and closes the connection, since it cannot tell where the next line
+	// starts.
+	ErrTooLong = &ParseError{CodeTooLong, "line longer than 1024 bytes"}
+
+	// ErrEmptyLine is a line with no fields at all.
+	ErrEmptyLine = &ParseError{CodeBadRequest, "empty line"}
+	// ErrBadOp is a first field that is not one of the letters A R K Q.
+	ErrBadOp = &ParseError{CodeBadRequest, "op must be A, R, K or Q"}
+	// ErrMissingKey is a line with an op and nothing else.
+	ErrMissingKey = &ParseError{CodeBadRequest, "missing key"}
+	// ErrKeyTooLong is a key of more than MaxKey bytes.
+	ErrKeyTooLong = &ParseError{CodeBadRequest, "key longer than 250 bytes"}
+	// ErrKeyByte is a key with a control byte or DEL in it.
+	ErrKeyByte = &ParseError{CodeBadRequest, "key must not contain control bytes or DEL"}
+	// ErrMissingLease is an A or K request without its lease_ms.
+	ErrMissingLease = &ParseError{CodeBadRequest, "missing lease_ms"}
+	// ErrBadLease is a lease_ms that is not a decimal in 1..MaxLeaseMs.
+	ErrBadLease = &ParseError{CodeBadRequest, "lease_ms must be 1..86400000"}
+	// ErrMissingWait is an A request without its wait_ms.
+	ErrMissingWait = &ParseError{CodeBadRequest, "missing wait_ms"}
+	// ErrBadWait is a wait_ms other than -1, 0 or a decimal in 1..MaxWaitMs.
+	ErrBadWait = &ParseError{CodeBadRequest, "wait_ms must be -1, 0 or 1..86400000"}
+	// ErrMissingToken is a K request without its token.
+	ErrMissingToken = &ParseError{CodeBadRequest, "missing token"}
+	// ErrBadToken is a token that is not a decimal u64 other than 0.
+	ErrBadToken = &ParseError{CodeBadRequest, "token must be 1..18446744073709551615"}
+	// ErrExtraField is a request with more fields than its op takes.
+	ErrExtraField = &ParseError{CodeBadRequest, "too many fields"}
+)
+
+// The errors of ParseResponse. A malformed response means the two ends do
+// not speak the same protocol, so a client should drop the connection; these
+// are plain errors, not ParseErrors, because nothing is answered to them.
+var (
+	// ErrRespOp is a response whose first field is not A R K Q or '?'.
+	ErrRespOp = errors.New("codec: bad response: bad op")
+	// ErrRespKey is a response whose key is missing or malformed.
+	ErrRespKey = errors.New("codec: bad response: bad key")
+	// ErrRespStatus is a missing or unknown status word, or one that the op
+	// cannot have (such as "Q k OK" or "? - FREE").
+	ErrRespStatus = errors.New("codec: bad response: bad status for op")
+	// ErrRespValue is a missing or malformed value after the status word.
+	ErrRespValue = errors.New("codec: bad response: bad value")
+	// ErrRespExtraField is a response with more fields than its status takes.
+	ErrRespExtraField = errors.New("codec: bad response: too many fields")
+)

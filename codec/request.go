@@ -1,0 +1,154 @@
+package codec
+
+import "strconv"
+
+// ParseRequest parses one request line (as returned by SplitLine) into r.
+// r.Op and r.Key are set as soon as they are readable, so that on error a
+// caller can still echo them; when r.Key is nil the error response is
+// "? - ERR ...". r is overwritten completely; nothing is allocated. Every
+// error is one of the package's *ParseError values.
+//
+// Fields are checked left to right and the first fault is reported, so "A k
+// x" is ErrBadLease and "A k 1" is ErrMissingWait; ErrExtraField is checked
+// last. A key field that is present but malformed leaves r.Key nil: echoing
+// it would make a response line the client could not parse.
+func ParseRequest(line []byte, r *Request) error {
+	*r = Request{}
+	var fs fields
+	fs.split(line)
+	f := &fs.f
+	switch {
+	case fs.n == 0:
+		return ErrEmptyLine
+	case len(f[0]) != 1 || !isOp(f[0][0]):
+		return ErrBadOp
+	}
+	r.Op = f[0][0]
+	switch {
+	case fs.n < 2:
+		return ErrMissingKey
+	case len(f[1]) > MaxKey:
+		return ErrKeyTooLong
+	case !isWord(f[1]):
+		return ErrKeyByte
+	}
+	r.Key = f[1]
+
+	var ok bool
+	want := 2 // fields the op takes
+	switch r.Op {
+	case OpAcquire:
+		want = 4
+		if fs.n < 3 {
+			return ErrMissingLease
+		}
+		if r.LeaseMs, ok = parseLease(f[2]); !ok {
+			return ErrBadLease
+		}
+		if fs.n < 4 {
+			return ErrMissingWait
+		}
+		if r.WaitMs, ok = parseWait(f[3]); !ok {
+			return ErrBadWait
+		}
+	case OpRelease:
+		want = 3
+		if fs.n >= 3 {
+			if r.Token, ok = parseToken(f[2]); !ok {
+				return ErrBadToken
+			}
+		}
+	case OpExtend:
+		want = 4
+		if fs.n < 3 {
+			return ErrMissingToken
+		}
+		if r.Token, ok = parseToken(f[2]); !ok {
+			return ErrBadToken
+		}
+		if fs.n < 4 {
+			return ErrMissingLease
+		}
+		if r.LeaseMs, ok = parseLease(f[3]); !ok {
+			return ErrBadLease
+		}
+	}
+	if fs.n > want {
+		return ErrExtraField
+	}
+	return nil
+}
+
+// parseLease parses a lease_ms: a decimal in 1..MaxLeaseMs.
+func parseLease(b []byte) (uint32, bool) {
+	v, ok := parseUint(b)
+	if !ok || v < 1 || v > MaxLeaseMs {
+		return 0, false
+	}
+	return uint32(v), true
+}
+
+// parseWait parses a wait_ms: a decimal in 0..MaxWaitMs, or -1. The only
+// negative is -1, written with as many leading zeros as the client likes
+// ("-01"); "-0" is refused rather than read as 0, since a minus sign means
+// the client asked for a try-lock and is better told off than made to wait
+// forever.
+func parseWait(b []byte) (int64, bool) {
+	if len(b) > 0 && b[0] == '-' {
+		if v, ok := parseUint(b[1:]); ok && v == 1 {
+			return WaitNone, true
+		}
+		return 0, false
+	}
+	v, ok := parseUint(b)
+	if !ok || v > MaxWaitMs {
+		return 0, false
+	}
+	return int64(v), true
+}
+
+// AppendRequest appends r as a request line, LF included, to dst. It writes
+// the fields r's op takes, in canonical form, and does not validate them:
+// that is ParseRequest's job at the other end. A release with Token 0 is
+// written without a token.
+func AppendRequest(dst []byte, r *Request) []byte {
+	dst = append(dst, r.Op, ' ')
+	dst = append(dst, r.Key...)
+	switch r.Op {
+	case OpAcquire:
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, uint64(r.LeaseMs), 10)
+		dst = append(dst, ' ')
+		dst = strconv.AppendInt(dst, r.WaitMs, 10)
+	case OpRelease:
+		if r.Token != 0 {
+			dst = append(dst, ' ')
+			dst = strconv.AppendUint(dst, r.Token, 10)
+		}
+	case OpExtend:
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, r.Token, 10)
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, uint64(r.LeaseMs), 10)
+	}
+	return append(dst, '\n')
+}
+
+// AppendParseError appends the ERR response to a request that failed to
+// parse with err: "<op> <key> ERR <code> <text>" when r.Key was read, else
+// "? - ERR <code> <text>". ErrTooLong is always answered "? - ...", since
+// SplitLine never got to fill a Request and r may still hold the previous
+// line's op and key; r may be nil.
+func AppendParseError(dst []byte, r *Request, err *ParseError) []byte {
+	if r == nil || len(r.Key) == 0 || err.Code == CodeTooLong {
+		dst = append(dst, "? -"...)
+	} else {
+		dst = append(dst, r.Op, ' ')
+		dst = append(dst, r.Key...)
+	}
+	dst = append(dst, " ERR "...)
+	dst = append(dst, err.Code...)
+	dst = append(dst, ' ')
+	dst = append(dst, err.Text...)
+	return append(dst, '\n')
+}

@@ -1,0 +1,270 @@
+package codec
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var (
+	key250 = strings.Repeat("k", MaxKey)
+	key251 = strings.Repeat("k", MaxKey+1)
+)
+
+func TestParseRequest(t *testing.T) {
+	tests := []struct {
+		line string
+		want Request // Key is compared as given; nil means "not read"
+		err  error
+	}{
+		// Every form.
+		{"A orders/42 10000 500", Request{Op: 'A', Key: []byte("orders/42"), LeaseMs: 10000, WaitMs: 500}, nil},
+		{"R orders/42", Request{Op: 'R', Key: []byte("orders/42")}, nil},
+		{"R orders/42 17", Request{Op: 'R', Key: []byte("orders/42"), Token: 17}, nil},
+		{"K orders/42 17 3000", Request{Op: 'K', Key: []byte("orders/42"), Token: 17, LeaseMs: 3000}, nil},
+		{"Q orders/42", Request{Op: 'Q', Key: []byte("orders/42")}, nil},
+
+		// Spacing.
+		{"A  k   1    0", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, nil},
+		{"   Q k", Request{Op: 'Q', Key: []byte("k")}, nil},
+		{"Q k   ", Request{Op: 'Q', Key: []byte("k")}, nil},
+		{"  R   k  5  ", Request{Op: 'R', Key: []byte("k"), Token: 5}, nil},
+
+		// Keys.
+		{"Q " + key250, Request{Op: 'Q', Key: []byte(key250)}, nil},
+		{"Q " + key251, Request{Op: 'Q'}, ErrKeyTooLong},
+		{"Q ключ/日本", Request{Op: 'Q', Key: []byte("ключ/日本")}, nil},
+		{"Q \xff\x80", Request{Op: 'Q', Key: []byte("\xff\x80")}, nil},
+		{"Q !~", Request{Op: 'Q', Key: []byte("!~")}, nil},
+		{"Q a\x7fb", Request{Op: 'Q'}, ErrKeyByte},
+		{"Q a\x01b", Request{Op: 'Q'}, ErrKeyByte},
+		{"Q a\tb", Request{Op: 'Q'}, ErrKeyByte},
+		{"Q k\r", Request{Op: 'Q'}, ErrKeyByte},
+		{"Q \x00", Request{Op: 'Q'}, ErrKeyByte},
+		{"A", Request{Op: 'A'}, ErrMissingKey},
+		{"Q   ", Request{Op: 'Q'}, ErrMissingKey},
+
+		// Ops.
+		{"", Request{}, ErrEmptyLine},
+		{"    ", Request{}, ErrEmptyLine},
+		{"a k 1 0", Request{}, ErrBadOp},
+		{"q k", Request{}, ErrBadOp},
+		{"AA k 1 0", Request{}, ErrBadOp},
+		{"X k", Request{}, ErrBadOp},
+		{"? k", Request{}, ErrBadOp},
+		{"A\tk 1 0", Request{}, ErrBadOp},
+		{"\x00", Request{}, ErrBadOp},
+
+		// lease_ms.
+		{"A k 1 0", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, nil},
+		{"A k 86400000 0", Request{Op: 'A', Key: []byte("k"), LeaseMs: MaxLeaseMs}, nil},
+		{"A k 0086400000 0", Request{Op: 'A', Key: []byte("k"), LeaseMs: MaxLeaseMs}, nil},
+		{"A k 86400001 0", Request{Op: 'A', Key: []byte("k")}, ErrBadLease},
+		{"A k 0 0", Request{Op: 'A', Key: []byte("k")}, ErrBadLease},
+		{"A k -1 0", Request{Op: 'A', Key: []byte("k")}, ErrBadLease},
+		{"A k +1 0", Request{Op: 'A', Key: []byte("k")}, ErrBadLease},
+		{"A k 1x 0", Request{Op: 'A', Key: []byte("k")}, ErrBadLease},
+		{"A k 99999999999999999999999 0", Request{Op: 'A', Key: []byte("k")}, ErrBadLease},
+		{"A k", Request{Op: 'A', Key: []byte("k")}, ErrMissingLease},
+		{"K k 5", Request{Op: 'K', Key: []byte("k"), Token: 5}, ErrMissingLease},
+		{"K k 5 0", Request{Op: 'K', Key: []byte("k"), Token: 5}, ErrBadLease},
+		{"K k 5 86400001", Request{Op: 'K', Key: []byte("k"), Token: 5}, ErrBadLease},
+
+		// wait_ms.
+		{"A k 1 -1", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: WaitNone}, nil},
+		{"A k 1 -01", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: WaitNone}, nil},
+		{"A k 1 0", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: WaitForever}, nil},
+		{"A k 1 000", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: WaitForever}, nil},
+		{"A k 1 86400000", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: MaxWaitMs}, nil},
+		{"A k 1 86400001", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrBadWait},
+		{"A k 1 -2", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrBadWait},
+		{"A k 1 -0", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrBadWait},
+		{"A k 1 -", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrBadWait},
+		{"A k 1 --1", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrBadWait},
+		{"A k 1 +5", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrBadWait},
+		{"A k 1 5s", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrBadWait},
+		{"A k 1", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrMissingWait},
+
+		// token.
+		{"R k 1", Request{Op: 'R', Key: []byte("k"), Token: 1}, nil},
+		{"R k 18446744073709551615", Request{Op: 'R', Key: []byte("k"), Token: 1<<64 - 1}, nil},
+		{"K k 18446744073709551615 1", Request{Op: 'K', Key: []byte("k"), Token: 1<<64 - 1, LeaseMs: 1}, nil},
+		{"R k 18446744073709551616", Request{Op: 'R', Key: []byte("k")}, ErrBadToken},
+		{"R k 99999999999999999999", Request{Op: 'R', Key: []byte("k")}, ErrBadToken},
+		{"R k 0", Request{Op: 'R', Key: []byte("k")}, ErrBadToken},
+		{"R k 000", Request{Op: 'R', Key: []byte("k")}, ErrBadToken},
+		{"R k -1", Request{Op: 'R', Key: []byte("k")}, ErrBadToken},
+		{"K k 0 1", Request{Op: 'K', Key: []byte("k")}, ErrBadToken},
+		{"K k x 1", Request{Op: 'K', Key: []byte("k")}, ErrBadToken},
+		{"K k", Request{Op: 'K', Key: []byte("k")}, ErrMissingToken},
+
+		// Extra fields.
+		{"A k 1 0 x", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrExtraField},
+		{"R k 1 x", Request{Op: 'R', Key: []byte("k"), Token: 1}, ErrExtraField},
+		{"K k 1 1 1", Request{Op: 'K', Key: []byte("k"), Token: 1, LeaseMs: 1}, ErrExtraField},
+		{"Q k x", Request{Op: 'Q', Key: []byte("k")}, ErrExtraField},
+		{"Q k x y z w v u t", Request{Op: 'Q', Key: []byte("k")}, ErrExtraField},
+	}
+	for _, tt := range tests {
+		// Start from a dirty Request: ParseRequest must overwrite all of it.
+		r := Request{Op: 'Z', Key: []byte("stale"), LeaseMs: 9, WaitMs: 9, Token: 9}
+		err := ParseRequest([]byte(tt.line), &r)
+		if err != tt.err {
+			t.Errorf("ParseRequest(%q) error = %v, want %v", tt.line, err, tt.err)
+		}
+		if !equalRequest(&r, &tt.want) {
+			t.Errorf("ParseRequest(%q) = %+v, want %+v", tt.line, r, tt.want)
+		}
+		if tt.want.Key == nil && r.Key != nil {
+			t.Errorf("ParseRequest(%q): Key = %q, want nil", tt.line, r.Key)
+		}
+	}
+}
+
+func equalRequest(a, b *Request) bool {
+	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.LeaseMs == b.LeaseMs &&
+		a.WaitMs == b.WaitMs && a.Token == b.Token
+}
+
+// TestErrorTexts keeps the texts honest about the limits they quote, and
+// checks that every error is a distinct, wire-safe value.
+func TestErrorTexts(t *testing.T) {
+	all := []*ParseError{ErrTooLong, ErrEmptyLine, ErrBadOp, ErrMissingKey, ErrKeyTooLong,
+		ErrKeyByte, ErrMissingLease, ErrBadLease, ErrMissingWait, ErrBadWait,
+		ErrMissingToken, ErrBadToken, ErrExtraField}
+	seen := map[string]bool{}
+	for _, e := range all {
+		if seen[e.Text] {
+			t.Errorf("duplicate text %q", e.Text)
+		}
+		seen[e.Text] = true
+		if !isText([]byte(e.Text)) || !isWord([]byte(e.Code)) {
+			t.Errorf("%v is not wire-safe", e)
+		}
+		if !errors.Is(error(e), e) {
+			t.Errorf("errors.Is(%v) = false", e)
+		}
+	}
+	for _, c := range []struct {
+		e *ParseError
+		n uint64
+	}{
+		{ErrTooLong, MaxLine}, {ErrKeyTooLong, MaxKey}, {ErrBadLease, MaxLeaseMs},
+		{ErrBadWait, MaxWaitMs}, {ErrBadToken, 1<<64 - 1},
+	} {
+		if !strings.Contains(c.e.Text, strconv.FormatUint(c.n, 10)) {
+			t.Errorf("%q does not quote %d", c.e.Text, c.n)
+		}
+	}
+	if ErrTooLong.Code != CodeTooLong {
+		t.Errorf("ErrTooLong.Code = %q", ErrTooLong.Code)
+	}
+}
+
+func TestSplitLine(t *testing.T) {
+	content1024 := strings.Repeat("x", MaxLine)
+	tests := []struct {
+		buf  string
+		line string
+		n    int
+		err  error
+	}{
+		{"", "", 0, nil},
+		{"Q k", "", 0, nil},
+		{"Q k\r", "", 0, nil},
+		{"Q k\n", "Q k", 4, nil},
+		{"Q k\r\n", "Q k", 5, nil},
+		{"Q k\r\r\n", "Q k\r", 6, nil}, // only one CR is part of the terminator
+		{"Q k\rx\n", "Q k\rx", 6, nil},
+		{"\n", "", 1, nil},
+		{"\r\n", "", 2, nil},
+		{"Q a\nQ b\n", "Q a", 4, nil},
+		{"\nQ b\n", "", 1, nil},
+		{content1024 + "\n", content1024, MaxLine + 1, nil},
+		{content1024 + "\r\n", content1024, MaxLine + 2, nil},
+		{content1024 + "\n" + content1024, content1024, MaxLine + 1, nil},
+		{content1024 + "x\n", "", 0, ErrTooLong},
+		{content1024 + "x\r\n", "", 0, ErrTooLong},
+		{content1024 + "\r\r\n", "", 0, ErrTooLong},
+		// Before the LF arrives: 1024 bytes or 1024 and a CR may still be a
+		// good line; a 1025th byte that is not CR, or a 1026th, is not.
+		{content1024, "", 0, nil},
+		{content1024 + "\r", "", 0, nil},
+		{content1024 + "x", "", 0, ErrTooLong},
+		{content1024 + "\rx", "", 0, ErrTooLong},
+		{content1024 + "\r\r", "", 0, ErrTooLong},
+		{strings.Repeat("y", 100_000), "", 0, ErrTooLong},
+	}
+	for _, tt := range tests {
+		line, n, err := SplitLine([]byte(tt.buf))
+		if string(line) != tt.line || n != tt.n || err != tt.err {
+			t.Errorf("SplitLine(%.20q... len %d) = %.20q, %d, %v; want %.20q, %d, %v",
+				tt.buf, len(tt.buf), line, n, err, tt.line, tt.n, tt.err)
+		}
+	}
+}
+
+func TestAppendRequest(t *testing.T) {
+	tests := []struct {
+		r    Request
+		want string
+	}{
+		{Request{Op: 'A', Key: []byte("orders/42"), LeaseMs: 10000, WaitMs: 500}, "A orders/42 10000 500\n"},
+		{Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: WaitNone}, "A k 1 -1\n"},
+		{Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: WaitForever}, "A k 1 0\n"},
+		{Request{Op: 'R', Key: []byte("k")}, "R k\n"},
+		{Request{Op: 'R', Key: []byte("k"), Token: 1<<64 - 1}, "R k 18446744073709551615\n"},
+		{Request{Op: 'K', Key: []byte("k"), Token: 7, LeaseMs: 86400000}, "K k 7 86400000\n"},
+		{Request{Op: 'Q', Key: []byte("k"), Token: 7, LeaseMs: 1}, "Q k\n"},
+	}
+	for _, tt := range tests {
+		got := AppendRequest([]byte("prefix|"), &tt.r)
+		if string(got) != "prefix|"+tt.want {
+			t.Errorf("AppendRequest(%+v) = %q, want %q", tt.r, got, tt.want)
+			continue
+		}
+		var back Request
+		line, _, _ := SplitLine(got[len("prefix|"):])
+		if err := ParseRequest(line, &back); err != nil || !equalRequest(&back, &tt.r) && tt.r.Op != 'Q' {
+			t.Errorf("round trip of %+v = %+v, %v", tt.r, back, err)
+		}
+	}
+}
+
+func TestAppendParseError(t *testing.T) {
+	tests := []struct {
+		line string
+		want string
+	}{
+		{"", "? - ERR badrequest empty line\n"},
+		{"x k", "? - ERR badrequest op must be A, R, K or Q\n"},
+		{"A " + key251 + " 1 0", "? - ERR badrequest key longer than 250 bytes\n"},
+		{"A a\x01 1 0", "? - ERR badrequest key must not contain control bytes or DEL\n"},
+		{"A", "? - ERR badrequest missing key\n"},
+		{"A orders/42 0 0", "A orders/42 ERR badrequest lease_ms must be 1..86400000\n"},
+		{"K k 0 1", "K k ERR badrequest token must be 1..18446744073709551615\n"},
+		{"Q k x", "Q k ERR badrequest too many fields\n"},
+	}
+	for _, tt := range tests {
+		var r Request
+		err := ParseRequest([]byte(tt.line), &r)
+		pe, ok := err.(*ParseError)
+		if !ok {
+			t.Errorf("ParseRequest(%q) error = %v, want a *ParseError", tt.line, err)
+			continue
+		}
+		if got := AppendParseError(nil, &r, pe); string(got) != tt.want {
+			t.Errorf("AppendParseError for %q = %q, want %q", tt.line, got, tt.want)
+		}
+	}
+	// An overlong line never echoes a key, whatever r still holds.
+	stale := Request{Op: 'Q', Key: []byte("old")}
+	if got := AppendParseError(nil, &stale, ErrTooLong); string(got) != "? - ERR toolong line longer than 1024 bytes\n" {
+		t.Errorf("AppendParseError(ErrTooLong) = %q", got)
+	}
+	if got := AppendParseError(nil, nil, ErrTooLong); string(got) != "? - ERR toolong line longer than 1024 bytes\n" {
+		t.Errorf("AppendParseError(nil, ErrTooLong) = %q", got)
+	}
+}

@@ -1,0 +1,193 @@
+package codec
+
+import (
+	"bytes"
+	"strconv"
+)
+
+// Status is the status word of a response.
+type Status uint8
+
+// Response statuses.
+const (
+	StatusOK Status = iota + 1
+	StatusTimeout
+	StatusNotHeld
+	StatusHeld
+	StatusFree
+	StatusMoved
+	StatusErr
+)
+
+// statusWords holds the wire spelling of each status; both directions use it.
+var statusWords = [...]string{
+	StatusOK:      "OK",
+	StatusTimeout: "TIMEOUT",
+	StatusNotHeld: "NOTHELD",
+	StatusHeld:    "HELD",
+	StatusFree:    "FREE",
+	StatusMoved:   "MOVED",
+	StatusErr:     "ERR",
+}
+
+// String returns the status word as it is written on the wire.
+func (s Status) String() string {
+	if s >= StatusOK && int(s) < len(statusWords) {
+		return statusWords[s]
+	}
+	return "Status(" + strconv.Itoa(int(s)) + ")"
+}
+
+// fits reports whether a response to op may have status s, per the
+// protocol's table: OK to A R K, TIMEOUT to A, NOTHELD to R K, HELD and FREE
+// to Q, MOVED to any op, ERR to any op and to an unreadable line ('?').
+func (s Status) fits(op byte) bool {
+	switch s {
+	case StatusOK:
+		return op == OpAcquire || op == OpRelease || op == OpExtend
+	case StatusTimeout:
+		return op == OpAcquire
+	case StatusNotHeld:
+		return op == OpRelease || op == OpExtend
+	case StatusHeld, StatusFree:
+		return op == OpQuery
+	case StatusMoved:
+		return isOp(op)
+	case StatusErr:
+		return isOp(op) || op == '?'
+	}
+	return false
+}
+
+// Response is one response line. Byte slices alias the parsed input (or the
+// caller's data when formatting).
+type Response struct {
+	Op          byte   // the request's op letter, or '?' when it was unreadable
+	Key         []byte // the request's key, or "-" when it was unreadable
+	Status      Status
+	Token       uint64 // A OK and Q HELD
+	RemainingMs uint64 // Q HELD
+	Addr        []byte // MOVED: host:port of the leader
+	Code        []byte // ERR: one-word code
+	Text        []byte // ERR: optional text
+}
+
+// AppendResponse appends r as a response line, LF included, to dst. Only the
+// fields r.Status uses are written: Token for A OK, Token and RemainingMs
+// for HELD, Addr for MOVED, Code and Text (when not empty) for ERR. r is not
+// validated, except that a Status outside the known ones is written as "ERR
+// internal", so that a server bug still yields a line the client can parse.
+func AppendResponse(dst []byte, r *Response) []byte {
+	dst = append(dst, r.Op, ' ')
+	dst = append(dst, r.Key...)
+	dst = append(dst, ' ')
+	switch r.Status {
+	case StatusOK:
+		dst = append(dst, "OK"...)
+		if r.Op == OpAcquire {
+			dst = append(dst, ' ')
+			dst = strconv.AppendUint(dst, r.Token, 10)
+		}
+	case StatusHeld:
+		dst = append(dst, "HELD "...)
+		dst = strconv.AppendUint(dst, r.Token, 10)
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, r.RemainingMs, 10)
+	case StatusMoved:
+		dst = append(dst, "MOVED "...)
+		dst = append(dst, r.Addr...)
+	case StatusErr:
+		dst = append(dst, "ERR "...)
+		dst = append(dst, r.Code...)
+		if len(r.Text) > 0 {
+			dst = append(dst, ' ')
+			dst = append(dst, r.Text...)
+		}
+	case StatusTimeout, StatusNotHeld, StatusFree:
+		dst = append(dst, statusWords[r.Status]...)
+	default:
+		dst = append(dst, "ERR "+CodeInternal...)
+	}
+	return append(dst, '\n')
+}
+
+// ParseResponse parses one response line (as returned by SplitLine) into r.
+// r is overwritten completely, and r.Op and r.Key are set as soon as they
+// are readable, so a client can fail the matching request even when the rest
+// is malformed.
+//
+// Every form of the protocol is accepted, and nothing else: the status must
+// fit the op, tokens are never 0, the MOVED address and the ERR code are one
+// word each. The ERR text is the rest of the line after the code, with the
+// spaces around it dropped; it may be empty and must not hold control bytes.
+// Every error is one of the ErrResp values.
+func ParseResponse(line []byte, r *Response) error {
+	*r = Response{}
+	var fs fields
+	fs.split(line)
+	f := &fs.f
+	if fs.n < 1 || len(f[0]) != 1 || !isOp(f[0][0]) && f[0][0] != '?' {
+		return ErrRespOp
+	}
+	r.Op = f[0][0]
+	if fs.n < 2 || !ValidKey(f[1]) {
+		return ErrRespKey
+	}
+	r.Key = f[1]
+	if fs.n < 3 {
+		return ErrRespStatus
+	}
+	for s := StatusOK; int(s) < len(statusWords); s++ {
+		if string(f[2]) == statusWords[s] {
+			r.Status = s
+			break
+		}
+	}
+	if !r.Status.fits(r.Op) {
+		r.Status = 0
+		return ErrRespStatus
+	}
+
+	var ok bool
+	want := 3 // fields the status takes
+	switch r.Status {
+	case StatusOK:
+		if r.Op == OpAcquire {
+			want = 4
+			if r.Token, ok = parseToken(f[3]); !ok {
+				return ErrRespValue
+			}
+		}
+	case StatusHeld:
+		want = 5
+		if r.Token, ok = parseToken(f[3]); !ok {
+			return ErrRespValue
+		}
+		if r.RemainingMs, ok = parseUint(f[4]); !ok {
+			return ErrRespValue
+		}
+	case StatusMoved:
+		want = 4
+		if !isWord(f[3]) {
+			return ErrRespValue
+		}
+		r.Addr = f[3]
+	case StatusErr:
+		if !isWord(f[3]) {
+			return ErrRespValue
+		}
+		r.Code = f[3]
+		text := bytes.Trim(line[fs.end[3]:], " ")
+		if !isText(text) {
+			return ErrRespValue
+		}
+		if len(text) > 0 {
+			r.Text = text
+		}
+		return nil
+	}
+	if fs.n > want {
+		return ErrRespExtraField
+	}
+	return nil
+}

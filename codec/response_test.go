@@ -1,0 +1,134 @@
+package codec
+
+import (
+	"bytes"
+	"testing"
+)
+
+func equalResponse(a, b *Response) bool {
+	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.Status == b.Status &&
+		a.Token == b.Token && a.RemainingMs == b.RemainingMs && bytes.Equal(a.Addr, b.Addr) &&
+		bytes.Equal(a.Code, b.Code) && bytes.Equal(a.Text, b.Text)
+}
+
+func b(s string) []byte { return []byte(s) }
+
+func TestResponseRoundTrip(t *testing.T) {
+	tests := []struct {
+		r    Response
+		line string
+	}{
+		{Response{Op: 'A', Key: b("orders/42"), Status: StatusOK, Token: 1234567}, "A orders/42 OK 1234567"},
+		{Response{Op: 'A', Key: b("k"), Status: StatusOK, Token: 1<<64 - 1}, "A k OK 18446744073709551615"},
+		{Response{Op: 'R', Key: b("k"), Status: StatusOK}, "R k OK"},
+		{Response{Op: 'K', Key: b("k"), Status: StatusOK}, "K k OK"},
+		{Response{Op: 'A', Key: b("k"), Status: StatusTimeout}, "A k TIMEOUT"},
+		{Response{Op: 'R', Key: b("k"), Status: StatusNotHeld}, "R k NOTHELD"},
+		{Response{Op: 'K', Key: b("k"), Status: StatusNotHeld}, "K k NOTHELD"},
+		{Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 17, RemainingMs: 9500}, "Q k HELD 17 9500"},
+		{Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 17, RemainingMs: 0}, "Q k HELD 17 0"},
+		{Response{Op: 'Q', Key: b("k"), Status: StatusFree}, "Q k FREE"},
+		{Response{Op: 'A', Key: b("k"), Status: StatusMoved, Addr: b("127.0.0.1:7710")}, "A k MOVED 127.0.0.1:7710"},
+		{Response{Op: 'Q', Key: b("k"), Status: StatusMoved, Addr: b("[::1]:7700")}, "Q k MOVED [::1]:7700"},
+		{Response{Op: 'K', Key: b("k"), Status: StatusErr, Code: b("unavailable")}, "K k ERR unavailable"},
+		{Response{Op: 'A', Key: b("k"), Status: StatusErr, Code: b("badrequest"), Text: b("lease_ms must be 1..86400000")},
+			"A k ERR badrequest lease_ms must be 1..86400000"},
+		{Response{Op: '?', Key: b("-"), Status: StatusErr, Code: b("toolong"), Text: b("line longer than 1024 bytes")},
+			"? - ERR toolong line longer than 1024 bytes"},
+		{Response{Op: 'R', Key: b("ключ"), Status: StatusErr, Code: b("overloaded"), Text: b("a  b")}, "R ключ ERR overloaded a  b"},
+	}
+	for _, tt := range tests {
+		got := AppendResponse(nil, &tt.r)
+		if string(got) != tt.line+"\n" {
+			t.Errorf("AppendResponse(%+v) = %q, want %q", tt.r, got, tt.line+"\n")
+		}
+		r := Response{Op: 'Z', Key: b("stale"), Status: 99, Token: 9, RemainingMs: 9, Addr: b("x"), Code: b("x"), Text: b("x")}
+		if err := ParseResponse([]byte(tt.line), &r); err != nil || !equalResponse(&r, &tt.r) {
+			t.Errorf("ParseResponse(%q) = %+v, %v; want %+v", tt.line, r, err, tt.r)
+		}
+	}
+}
+
+func TestParseResponseLenient(t *testing.T) {
+	tests := []struct {
+		line string
+		want Response
+	}{
+		{"  A   k  OK   5  ", Response{Op: 'A', Key: b("k"), Status: StatusOK, Token: 5}},
+		{"A k OK 007", Response{Op: 'A', Key: b("k"), Status: StatusOK, Token: 7}},
+		{"A k ERR internal   ", Response{Op: 'A', Key: b("k"), Status: StatusErr, Code: b("internal")}},
+		{"A k ERR internal   disk  full  ", Response{Op: 'A', Key: b("k"), Status: StatusErr, Code: b("internal"), Text: b("disk  full")}},
+		{"? odd ERR x", Response{Op: '?', Key: b("odd"), Status: StatusErr, Code: b("x")}},
+	}
+	for _, tt := range tests {
+		var r Response
+		if err := ParseResponse([]byte(tt.line), &r); err != nil || !equalResponse(&r, &tt.want) {
+			t.Errorf("ParseResponse(%q) = %+v, %v; want %+v", tt.line, r, err, tt.want)
+		}
+	}
+}
+
+func TestParseResponseErrors(t *testing.T) {
+	tests := []struct {
+		line string
+		err  error
+	}{
+		{"", ErrRespOp},
+		{"X k OK", ErrRespOp},
+		{"AA k OK 1", ErrRespOp},
+		{"a k OK 1", ErrRespOp},
+		{"A", ErrRespKey},
+		{"A " + key251 + " OK 1", ErrRespKey},
+		{"A k\x01 OK 1", ErrRespKey},
+		{"A k", ErrRespStatus},
+		{"A k ok 1", ErrRespStatus},
+		{"A k GRANTED 1", ErrRespStatus},
+		{"Q k OK", ErrRespStatus},
+		{"R k TIMEOUT", ErrRespStatus},
+		{"A k NOTHELD", ErrRespStatus},
+		{"A k HELD 1 1", ErrRespStatus},
+		{"R k FREE", ErrRespStatus},
+		{"? - OK", ErrRespStatus},
+		{"? - MOVED h:1", ErrRespStatus},
+		{"A k OK", ErrRespValue},
+		{"A k OK 0", ErrRespValue},
+		{"A k OK 18446744073709551616", ErrRespValue},
+		{"A k OK x", ErrRespValue},
+		{"Q k HELD 1", ErrRespValue},
+		{"Q k HELD 0 1", ErrRespValue},
+		{"Q k HELD 1 -1", ErrRespValue},
+		{"A k MOVED", ErrRespValue},
+		{"A k MOVED h\x7f:1", ErrRespValue},
+		{"A k ERR", ErrRespValue},
+		{"A k ERR   ", ErrRespValue},
+		{"A k ERR internal bad\x00text", ErrRespValue},
+		{"A k ERR internal bad\rtext", ErrRespValue},
+		{"A k OK 1 2", ErrRespExtraField},
+		{"R k OK 1", ErrRespExtraField},
+		{"A k TIMEOUT 5", ErrRespExtraField},
+		{"Q k HELD 1 2 3", ErrRespExtraField},
+		{"Q k FREE x", ErrRespExtraField},
+		{"A k MOVED h:1 h:2", ErrRespExtraField},
+	}
+	for _, tt := range tests {
+		var r Response
+		if err := ParseResponse([]byte(tt.line), &r); err != tt.err {
+			t.Errorf("ParseResponse(%q) error = %v, want %v", tt.line, err, tt.err)
+		}
+	}
+}
+
+func TestAppendResponseUnknownStatus(t *testing.T) {
+	for _, s := range []Status{0, StatusErr + 1, 255} {
+		r := Response{Op: 'A', Key: b("k"), Status: s}
+		if got := AppendResponse(nil, &r); string(got) != "A k ERR internal\n" {
+			t.Errorf("AppendResponse(status %d) = %q", s, got)
+		}
+	}
+}
+
+func TestStatusString(t *testing.T) {
+	if StatusNotHeld.String() != "NOTHELD" || Status(0).String() != "Status(0)" || Status(99).String() != "Status(99)" {
+		t.Errorf("Status.String: %v %v %v", StatusNotHeld, Status(0), Status(99))
+	}
+}

@@ -1,0 +1,174 @@
+package engine
+
+import (
+	"sync"
+
+	"github.com/baton-dev/baton/codec"
+	"github.com/panjf2000/gnet/v2"
+	"github.com/valyala/bytebufferpool"
+)
+
+// connState is what the engine knows of one client connection.
+//
+// Responses are produced on several goroutines (the event loop for answers
+// it can give at once, the shards' apply and timer goroutines for the rest).
+// They are appended to out under mu; whoever appends first after a flush
+// asks the event loop to flush (Wake), so a burst of responses costs one
+// wake-up and one write. out comes from a pool and goes back after each
+// flush, so an idle connection holds no output buffer at all.
+type connState struct {
+	c gnet.Conn
+
+	mu       sync.Mutex
+	out      *bytebufferpool.ByteBuffer // nil when nothing is queued
+	flushing bool                       // the loop will flush out soon: OnTraffic runs or a Wake is queued
+	closed   bool                       // OnClose ran: drop output, enqueue no waiters
+	waiters  *waiter                    // this connection's unanswered acquires (cprev/cnext list)
+
+	// Used only on the connection's event loop.
+	touched []*shard // shards that got commands during this OnTraffic
+}
+
+// send appends one response and makes sure it will be flushed.
+func (cs *connState) send(r *codec.Response) {
+	cs.mu.Lock()
+	if cs.closed {
+		cs.mu.Unlock()
+		return
+	}
+	cs.buffer().B = codec.AppendResponse(cs.out.B, r)
+	cs.unlockAndWake()
+}
+
+// sendParseError appends the ERR answer to a malformed request.
+func (cs *connState) sendParseError(r *codec.Request, perr *codec.ParseError) {
+	cs.mu.Lock()
+	if cs.closed {
+		cs.mu.Unlock()
+		return
+	}
+	cs.buffer().B = codec.AppendParseError(cs.out.B, r, perr)
+	cs.unlockAndWake()
+}
+
+// buffer returns out, taking one from the pool if needed; mu must be held.
+func (cs *connState) buffer() *bytebufferpool.ByteBuffer {
+	if cs.out == nil {
+		cs.out = bytebufferpool.Get()
+	}
+	return cs.out
+}
+
+// unlockAndWake releases mu after an append and, if no flush is on its way,
+// asks the event loop for one.
+func (cs *connState) unlockAndWake() {
+	wake := !cs.flushing
+	cs.flushing = true
+	cs.mu.Unlock()
+	if wake {
+		_ = cs.c.Wake(nil) // fails only when the connection is gone
+	}
+}
+
+// beginTraffic marks that the loop is about to flush, so that responses
+// produced meanwhile do not queue a redundant Wake.
+func (cs *connState) beginTraffic() {
+	cs.mu.Lock()
+	cs.flushing = true
+	cs.mu.Unlock()
+}
+
+// flush writes everything queued; it runs on the event loop.
+func (cs *connState) flush() {
+	cs.mu.Lock()
+	buf := cs.out
+	cs.out = nil
+	cs.flushing = false
+	cs.mu.Unlock()
+	if buf == nil {
+		return
+	}
+	// Write completes synchronously or copies the rest into gnet's outbound
+	// buffer, so buf can go back to the pool when it returns.
+	_, _ = cs.c.Write(buf.B)
+	bytebufferpool.Put(buf)
+}
+
+// addWaiter links w into the connection's list, unless the connection has
+// closed, in which case the acquire must not be queued at all.
+func (cs *connState) addWaiter(w *waiter) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
+		return false
+	}
+	w.cnext = cs.waiters
+	if cs.waiters != nil {
+		cs.waiters.cprev = w
+	}
+	cs.waiters = w
+	return true
+}
+
+// removeWaiter unlinks w once it has been answered.
+func (cs *connState) removeWaiter(w *waiter) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.closed {
+		return // the list was handed to close and is no longer kept
+	}
+	if w.cprev != nil {
+		w.cprev.cnext = w.cnext
+	} else if cs.waiters == w {
+		cs.waiters = w.cnext
+	}
+	if w.cnext != nil {
+		w.cnext.cprev = w.cprev
+	}
+	w.cprev, w.cnext = nil, nil
+}
+
+// close marks the connection closed and returns its unanswered acquires.
+func (cs *connState) close() []*waiter {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.closed = true
+	if cs.out != nil {
+		bytebufferpool.Put(cs.out)
+		cs.out = nil
+	}
+	var ws []*waiter
+	for w := cs.waiters; w != nil; w = w.cnext {
+		ws = append(ws, w)
+	}
+	cs.waiters = nil
+	return ws
+}
+
+// isClosed reports whether the client has gone away.
+func (cs *connState) isClosed() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.closed
+}
+
+// peerGone reports whether the client has closed the connection, even if
+// its event loop has not read the close yet. Loops do not order events of
+// different connections, so a grant can land between a client's close and
+// OnClose; asking the kernel keeps that grant from going to nobody.
+func (cs *connState) peerGone() bool {
+	if cs.isClosed() {
+		return true
+	}
+	return socketClosedByPeer(cs.c.Fd())
+}
+
+// touch remembers that s has new commands to propose after this OnTraffic.
+func (cs *connState) touch(s *shard) {
+	for _, t := range cs.touched {
+		if t == s {
+			return
+		}
+	}
+	cs.touched = append(cs.touched, s)
+}

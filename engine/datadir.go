@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+)
+
+// Data dir layout.
+const (
+	lockFile     = "LOCK"       // flock'ed while a batond uses the dir
+	settingsFile = "baton.json" // the settings the cluster was created with
+	raftDir      = "raft"       // dragonboat's NodeHost dir (log, snapshots)
+	tableDir     = "table"      // the pebble lock table shared by all shards
+)
+
+// settings are fixed when a node's data dir is created; starting with other
+// values would route keys to other shards or replicas to other members.
+type settings struct {
+	Version int      `json:"version"`
+	Shards  int      `json:"shards"`
+	ID      uint64   `json:"id"`
+	Peers   []string `json:"peers"`
+}
+
+// dataDir is an opened, locked data directory.
+type dataDir struct {
+	path string
+	lock *os.File
+}
+
+// openDataDir creates (if needed) and locks dir, and reconciles cfg with the
+// settings stored there: a zero cfg.Shards takes the stored value; any
+// explicit difference is an error that names the stored value.
+func openDataDir(cfg *Config) (*dataDir, error) {
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	f, err := os.OpenFile(filepath.Join(cfg.DataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data dir %s is in use by another batond", cfg.DataDir)
+		}
+		return nil, fmt.Errorf("data dir %s: lock: %w", cfg.DataDir, err)
+	}
+	d := &dataDir{path: cfg.DataDir, lock: f}
+	if err := d.reconcile(cfg); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *dataDir) reconcile(cfg *Config) error {
+	want := settings{Version: 1, Shards: cfg.Shards, ID: cfg.ID, Peers: cfg.peerStrings()}
+	path := filepath.Join(d.path, settingsFile)
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if want.Shards == 0 {
+			want.Shards = DefaultShards
+		}
+		cfg.Shards = want.Shards
+		return writeFileSync(path, want)
+	}
+	if err != nil {
+		return fmt.Errorf("data dir %s: %w", d.path, err)
+	}
+	var have settings
+	if err := json.Unmarshal(raw, &have); err != nil {
+		return fmt.Errorf("data dir %s: %s is damaged: %v", d.path, settingsFile, err)
+	}
+	switch {
+	case want.Shards != 0 && want.Shards != have.Shards:
+		return fmt.Errorf("data dir %s was created with --shards %d; refusing to start with --shards %d", d.path, have.Shards, want.Shards)
+	case want.ID != have.ID:
+		return fmt.Errorf("data dir %s belongs to node --id %d; refusing to start as --id %d", d.path, have.ID, want.ID)
+	case !slices.Equal(want.Peers, have.Peers):
+		return fmt.Errorf("data dir %s was created with --peers %s; refusing to start with --peers %s", d.path, joinPeers(have.Peers), joinPeers(want.Peers))
+	}
+	cfg.Shards = have.Shards
+	return nil
+}
+
+func (d *dataDir) close() {
+	d.lock.Close() // closing the descriptor drops the flock
+}
+
+// writeFileSync writes v as JSON durably: a crash leaves the old file or the
+// new one, never a torn one.
+func writeFileSync(path string, v any) error {
+	raw, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(raw, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

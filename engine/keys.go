@@ -1,0 +1,126 @@
+package engine
+
+// waiterState is where an acquire stands.
+type waiterState uint8
+
+const (
+	// waitQueued: in the key's FIFO queue, no Grant proposed for it yet.
+	waitQueued waiterState = iota + 1
+	// waitGranting: a Grant for it is in flight (it is the queue's live head).
+	waitGranting
+	// waitDeferred: already decided (TIMEOUT, or ERR for a malformed A) but
+	// held back, because an earlier acquire of the same key on the same
+	// connection is still unanswered and answers to the same (op, key) must
+	// keep their order.
+	waitDeferred
+	// waitDone: answered and out of the queue.
+	waitDone
+)
+
+// waiter is one acquire that has not been answered yet.
+type waiter struct {
+	cs      *connState
+	ks      *keyState
+	leaseMs uint32
+	tryLock bool
+	// abandoned: the client stopped waiting (its connection closed or its
+	// wait ran out) while the waiter's Grant was in flight; if the Grant
+	// succeeds, the lock is released at once.
+	abandoned bool
+	state     waiterState
+	inQueue   bool
+	deferred  deferredAnswer
+
+	prev, next   *waiter // the key's queue
+	cprev, cnext *waiter // the connection's list
+}
+
+// deferredAnswer is the answer of a waitDeferred waiter: TIMEOUT when err
+// is nil, else the ERR of a malformed request.
+type deferredAnswer struct {
+	err error
+}
+
+// keyState is the shard's view of one key: the committed holder (kept on
+// every replica) and, on the leader, the queue and what is in flight.
+// A key has a keyState only while it is held, has waiters or has commands
+// in flight, so the map stays as small as the working set.
+type keyState struct {
+	key      string
+	token    uint64 // committed holder's token; 0 when free
+	leaseMs  uint32 // committed holder's lease
+	deadline int64  // local monotonic deadline of the holder's lease
+	expiring bool   // an Expire for token is in flight
+	inflight int32  // commands proposed for this key and not applied yet
+	granting *waiter
+	deferred int32 // waitDeferred waiters in the queue
+	head     *waiter
+	tail     *waiter
+}
+
+// enqueue appends w to the key's FIFO queue.
+func (ks *keyState) enqueue(w *waiter) {
+	w.prev, w.next = ks.tail, nil
+	if ks.tail != nil {
+		ks.tail.next = w
+	} else {
+		ks.head = w
+	}
+	ks.tail = w
+	w.inQueue = true
+	if w.state == waitDeferred {
+		ks.deferred++
+	}
+}
+
+// unlink takes w out of the key's queue; it is a no-op when w is not in it.
+func (ks *keyState) unlink(w *waiter) {
+	if !w.inQueue {
+		return
+	}
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		ks.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		ks.tail = w.prev
+	}
+	w.prev, w.next = nil, nil
+	w.inQueue = false
+	if w.state == waitDeferred {
+		ks.deferred--
+	}
+}
+
+// firstQueued is the waiter that is next in line for the lock.
+func (ks *keyState) firstQueued() *waiter {
+	for w := ks.head; w != nil; w = w.next {
+		if w.state == waitQueued {
+			return w
+		}
+	}
+	return nil
+}
+
+// hasLiveWaiter reports whether cs has an unanswered acquire of this key
+// (queued or granting) that a new answer on cs must not overtake.
+func (ks *keyState) hasLiveWaiter(cs *connState) bool {
+	for w := ks.head; w != nil; w = w.next {
+		if w.cs == cs && (w.state == waitQueued || w.state == waitGranting) {
+			return true
+		}
+	}
+	if g := ks.granting; g != nil && g.cs == cs && !g.abandoned {
+		return true
+	}
+	return false
+}
+
+// idle reports whether nothing refers to the key any more, so that its
+// state can be dropped.
+func (ks *keyState) idle() bool {
+	return ks.token == 0 && ks.head == nil && ks.inflight == 0 && ks.granting == nil
+}

@@ -1,0 +1,396 @@
+// Package engine is everything between the network and Raft: the gnet event
+// handler that parses pipelined requests, routing of keys to shards, the
+// per-shard batching of commands into Raft proposals, the leader-local FIFO
+// wait queues, wait and lease timers, and leadership (MOVED).
+//
+// A request's path: OnTraffic (server.go) splits and parses lines in place
+// with codec, routes each by key to a shard (route.go) and hands it to the
+// shard (shard.go), which answers at once (Q, MOVED, try-lock TIMEOUT) or
+// appends a command to the shard's pending batch. The shard's proposer
+// goroutine proposes the batch as one Raft entry. When the entry applies,
+// the state machine calls the node's Observer methods on every replica; the
+// shard updates its view of the table and, on the node that proposed the
+// entry, answers the requesters.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/lni/dragonboat/v4"
+	"github.com/lni/dragonboat/v4/client"
+	"github.com/lni/dragonboat/v4/config"
+	"github.com/lni/dragonboat/v4/plugin/tan"
+	"github.com/lni/dragonboat/v4/raftio"
+
+	sm "github.com/baton-dev/baton/statemachine"
+)
+
+// Defaults of a node started with no flags.
+const (
+	DefaultClientAddr = "127.0.0.1:7700"
+	DefaultRaftAddr   = "127.0.0.1:7701"
+	DefaultDataDir    = "baton-data"
+	DefaultShards     = 4
+)
+
+// proposeTimeout bounds how long a proposal may stay uncommitted before its
+// requesters are answered ERR unavailable.
+const proposeTimeout = 5 * time.Second
+
+// Peer is one member of the cluster.
+type Peer struct {
+	RaftAddr   string // host:port Raft traffic goes to
+	ClientAddr string // host:port clients connect to (what MOVED names)
+}
+
+// Config is what a node needs to start.
+type Config struct {
+	ID      uint64 // 1-based position of this node in Peers
+	Peers   []Peer // every member, in leadership priority order
+	DataDir string
+	// Shards is the number of Raft groups; 0 means the value stored in
+	// DataDir, or DefaultShards for a new one.
+	Shards int
+	// RTT is the Raft tick; elections take 10 ticks, heartbeats 1.
+	RTT    time.Duration
+	Logger *slog.Logger
+}
+
+// ParsePeers parses the --peers syntax: RAFT_ADDR/CLIENT_ADDR entries,
+// comma-separated, in priority order.
+func ParsePeers(s string) ([]Peer, error) {
+	var peers []Peer
+	seen := map[string]bool{}
+	for i, entry := range strings.Split(s, ",") {
+		raft, client, ok := strings.Cut(strings.TrimSpace(entry), "/")
+		if !ok {
+			return nil, fmt.Errorf("peer %d %q: want RAFT_ADDR/CLIENT_ADDR", i+1, entry)
+		}
+		for _, a := range []string{raft, client} {
+			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+				return nil, fmt.Errorf("peer %d %q: bad address %q", i+1, entry, a)
+			}
+			if seen[a] {
+				return nil, fmt.Errorf("peer %d %q: address %s appears twice", i+1, entry, a)
+			}
+			seen[a] = true
+		}
+		peers = append(peers, Peer{RaftAddr: raft, ClientAddr: client})
+	}
+	return peers, nil
+}
+
+func (c *Config) peerStrings() []string {
+	out := make([]string, len(c.Peers))
+	for i, p := range c.Peers {
+		out[i] = p.RaftAddr + "/" + p.ClientAddr
+	}
+	return out
+}
+
+func joinPeers(p []string) string { return strings.Join(p, ",") }
+
+func (c *Config) validate() error {
+	switch {
+	case len(c.Peers) == 0:
+		return errors.New("no peers")
+	case c.ID < 1 || c.ID > uint64(len(c.Peers)):
+		return fmt.Errorf("--id %d is not a position in --peers (1..%d)", c.ID, len(c.Peers))
+	case c.Shards < 0 || c.Shards > sm.MaxShards:
+		return fmt.Errorf("--shards %d out of range 1..%d", c.Shards, sm.MaxShards)
+	case c.DataDir == "":
+		return errors.New("--data is empty")
+	}
+	return nil
+}
+
+// Node is one running batond: its data dir, its replicas of every shard and
+// its client listener.
+type Node struct {
+	cfg        Config
+	log        *slog.Logger
+	dir        *dataDir
+	db         *pebble.DB
+	nh         *dragonboat.NodeHost
+	shards     []*shard // shards[id-1]
+	proposerID uint64   // random per start: tells our entries from replays
+	sessions   []*client.Session
+	server     *server
+	metrics    *nodeMetrics
+
+	stopOnce sync.Once
+	stopC    chan struct{}
+	loops    sync.WaitGroup // timer and proposer goroutines
+	watchers sync.WaitGroup // result watchers, which outlive Raft's close
+}
+
+// Start opens the data dir, starts this node's replica of every shard and
+// listens for clients. It returns once the client port is bound, or an
+// error that says in one line why the node cannot start.
+func Start(cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.RTT <= 0 {
+		cfg.RTT = 10 * time.Millisecond
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	me := cfg.Peers[cfg.ID-1]
+	// Fail fast, before any state is touched, when a port is taken.
+	for _, a := range []string{me.ClientAddr, me.RaftAddr} {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			return nil, fmt.Errorf("cannot listen on %s: %w", a, unwrapSyscall(err))
+		}
+		l.Close()
+	}
+	dir, err := openDataDir(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{})}
+	n.metrics = newNodeMetrics(n)
+	if err := n.start(); err != nil {
+		n.closeStorage()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) start() error {
+	var err error
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	n.proposerID = binary.LittleEndian.Uint64(b[:]) | 1 // never 0
+
+	if n.db, err = sm.OpenDB(filepath.Join(n.cfg.DataDir, tableDir)); err != nil {
+		return fmt.Errorf("open lock table: %w", err)
+	}
+	for id := 1; id <= n.cfg.Shards; id++ {
+		n.shards = append(n.shards, newShard(n, uint64(id)))
+	}
+	me := n.cfg.Peers[n.cfg.ID-1]
+	quietDragonboat()
+	n.nh, err = dragonboat.NewNodeHost(config.NodeHostConfig{
+		NodeHostDir:       filepath.Join(n.cfg.DataDir, raftDir),
+		RTTMillisecond:    uint64(n.cfg.RTT / time.Millisecond),
+		RaftAddress:       me.RaftAddr,
+		RaftEventListener: n,
+		Expert:            config.ExpertConfig{LogDBFactory: tan.Factory},
+	})
+	if err != nil {
+		return fmt.Errorf("start raft on %s: %w", me.RaftAddr, err)
+	}
+	members := make(map[uint64]dragonboat.Target, len(n.cfg.Peers))
+	for i, p := range n.cfg.Peers {
+		members[uint64(i+1)] = p.RaftAddr
+	}
+	create := sm.Factory(n.db, n)
+	for _, s := range n.shards {
+		rc := config.Config{
+			ReplicaID:          n.cfg.ID,
+			ShardID:            s.id,
+			ElectionRTT:        10,
+			HeartbeatRTT:       1,
+			CheckQuorum:        true,
+			SnapshotEntries:    10000,
+			CompactionOverhead: 5000,
+		}
+		if err := n.nh.StartOnDiskReplica(members, false, create, rc); err != nil {
+			return fmt.Errorf("start shard %d: %w", s.id, err)
+		}
+		n.sessions = append(n.sessions, n.nh.GetNoOPSession(s.id))
+	}
+	for _, s := range n.shards {
+		n.loops.Add(2)
+		go func() { defer n.loops.Done(); s.runTimers(n.stopC) }()
+		go func() { defer n.loops.Done(); n.runProposer(s) }()
+		n.watchers.Add(1)
+		go func() { defer n.watchers.Done(); n.watchResults(s) }()
+	}
+	n.server = newServer(n)
+	if err := n.server.start(me.ClientAddr); err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", me.ClientAddr, unwrapSyscall(err))
+	}
+	n.log.Info("batond started", "id", n.cfg.ID, "client", me.ClientAddr, "raft", me.RaftAddr,
+		"data", n.cfg.DataDir, "shards", n.cfg.Shards, "peers", len(n.cfg.Peers))
+	return nil
+}
+
+// Stop shuts the node down: waiters and new requests are answered ERR
+// unavailable, client connections are closed, then Raft and the table.
+func (n *Node) Stop(ctx context.Context) error {
+	var err error
+	n.stopOnce.Do(func() {
+		for _, s := range n.shards {
+			s.mu.Lock()
+			s.stopping = true
+			s.stopServing()
+			s.mu.Unlock()
+		}
+		if n.server != nil {
+			err = n.server.stop(ctx)
+		}
+		n.closeStorage()
+	})
+	return err
+}
+
+// closeStorage stops everything below the client listener, in dependency
+// order: goroutines that propose, Raft, then the table Raft applies to.
+func (n *Node) closeStorage() {
+	close(n.stopC)
+	n.loops.Wait() // proposers and timers: nothing proposes any more
+	if n.nh != nil {
+		n.nh.Close() // terminates in-flight proposals, so watchers drain
+	}
+	for _, s := range n.shards {
+		close(s.results)
+	}
+	n.watchers.Wait()
+	if n.db != nil {
+		if err := n.db.Close(); err != nil {
+			n.log.Error("close lock table", "err", err)
+		}
+	}
+	n.dir.close()
+}
+
+// ClientAddr is the address this node serves clients on.
+func (n *Node) ClientAddr() string { return n.cfg.Peers[n.cfg.ID-1].ClientAddr }
+
+// clientAddrOf is the client address of replica id, or "" if unknown.
+func (n *Node) clientAddrOf(id uint64) string {
+	if id < 1 || id > uint64(len(n.cfg.Peers)) {
+		return ""
+	}
+	return n.cfg.Peers[id-1].ClientAddr
+}
+
+// shardFor routes a key.
+func (n *Node) shardFor(key []byte) *shard {
+	return n.shards[shardOf(key, len(n.shards))-1]
+}
+
+// ---- Raft and state machine callbacks ----
+
+// Reset implements statemachine.Observer.
+func (n *Node) Reset(shardID uint64, each func(func(sm.Lock))) {
+	n.shards[shardID-1].reset(each)
+}
+
+// Applied implements statemachine.Observer.
+func (n *Node) Applied(shardID, index uint64, h sm.Header, cmds []sm.Command, results []sm.Result) {
+	n.shards[shardID-1].applied(h, cmds, results)
+}
+
+// LeaderUpdated implements raftio.IRaftEventListener.
+func (n *Node) LeaderUpdated(info raftio.LeaderInfo) {
+	if info.ShardID < 1 || info.ShardID > uint64(len(n.shards)) {
+		return
+	}
+	n.log.Info("leader updated", "shard", info.ShardID, "leader", info.LeaderID, "term", info.Term)
+	n.shards[info.ShardID-1].leaderUpdated(info.LeaderID)
+}
+
+// ---- proposing ----
+
+// inflightResult is a proposal handed to dragonboat, whose outcome the
+// watcher collects.
+type inflightResult struct {
+	p  *proposal
+	rs *dragonboat.RequestState
+}
+
+// runProposer turns the shard's pending batch into one proposal whenever it
+// is kicked. While a proposal is being made, new commands pile up in the
+// next batch, so batches grow with load by themselves.
+func (n *Node) runProposer(s *shard) {
+	session := n.sessions[s.id-1]
+	for {
+		select {
+		case <-n.stopC:
+			return
+		case <-s.kick:
+		}
+		for {
+			s.mu.Lock()
+			p := s.takeProposal()
+			s.mu.Unlock()
+			if p == nil {
+				break
+			}
+			n.metrics.proposals.Inc()
+			n.metrics.commands.Add(len(p.origins))
+			rs, err := n.nh.Propose(session, p.data, proposeTimeout)
+			if err != nil {
+				n.metrics.failed.Inc()
+				s.mu.Lock()
+				if s.removeInflight(p) {
+					code := "unavailable"
+					if errors.Is(err, dragonboat.ErrSystemBusy) {
+						code = "overloaded"
+					}
+					s.failProposal(p, code, err.Error())
+					s.resolveDropped(p)
+				}
+				s.mu.Unlock()
+				continue
+			}
+			select {
+			case s.results <- inflightResult{p, rs}:
+			case <-n.stopC:
+				rs.Release()
+				return
+			}
+		}
+	}
+}
+
+// watchResults waits for each proposal's outcome in order. Applied entries
+// were already answered by Applied; here only failures are handled.
+func (n *Node) watchResults(s *shard) {
+	for r := range s.results {
+		res := <-r.rs.ResultC()
+		r.rs.Release()
+		if res.Completed() {
+			continue
+		}
+		n.metrics.failed.Inc()
+		s.mu.Lock()
+		switch {
+		case res.Timeout():
+			// It may still commit: answer now, settle later.
+			s.failProposal(r.p, "unavailable", "not committed in time, retry")
+		default:
+			// Dropped, rejected, aborted or terminated: it will not apply.
+			if s.removeInflight(r.p) {
+				s.resolveDropped(r.p)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// unwrapSyscall shortens "listen tcp 127.0.0.1:7700: bind: address already
+// in use" to its last part, for one-line start errors.
+func unwrapSyscall(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err
+	}
+	return err
+}

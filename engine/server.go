@@ -1,0 +1,149 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/baton-dev/baton/codec"
+	"github.com/panjf2000/gnet/v2"
+)
+
+// server is the gnet event handler on the client port.
+type server struct {
+	gnet.BuiltinEventEngine
+	node   *Node
+	eng    gnet.Engine
+	booted chan struct{}
+	done   chan error
+}
+
+func newServer(n *Node) *server {
+	return &server{node: n, booted: make(chan struct{}), done: make(chan error, 1)}
+}
+
+// start runs the event loops and returns once the listener is bound.
+func (sv *server) start(addr string) error {
+	go func() {
+		sv.done <- gnet.Run(sv, "tcp://"+addr,
+			gnet.WithMulticore(true),
+			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+			gnet.WithReuseAddr(true),
+			gnet.WithLogger(gnetLogger{sv.node.log}),
+		)
+	}()
+	select {
+	case <-sv.booted:
+		return nil
+	case err := <-sv.done:
+		if err == nil {
+			err = errors.New("event loop stopped at start")
+		}
+		return err
+	}
+}
+
+// stop closes the listener and every connection and waits for the loops.
+func (sv *server) stop(ctx context.Context) error {
+	if err := sv.eng.Stop(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-sv.done:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// OnBoot implements gnet.EventHandler.
+func (sv *server) OnBoot(eng gnet.Engine) gnet.Action {
+	sv.eng = eng
+	close(sv.booted)
+	return gnet.None
+}
+
+// OnOpen implements gnet.EventHandler.
+func (sv *server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	c.SetContext(&connState{c: c})
+	return nil, gnet.None
+}
+
+// OnClose abandons the connection's unanswered acquires: queued ones leave
+// their queues; one whose Grant is in flight is released as soon as it lands.
+func (sv *server) OnClose(c gnet.Conn, _ error) gnet.Action {
+	cs, _ := c.Context().(*connState)
+	if cs == nil {
+		return gnet.None
+	}
+	for _, w := range cs.close() {
+		s := sv.node.shardFor(bytesOf(w.ks.key))
+		s.mu.Lock()
+		s.abandon(w)
+		s.kickIfPending()
+		s.mu.Unlock()
+	}
+	return gnet.None
+}
+
+// OnTraffic parses every complete line in the inbound buffer, serves each,
+// then proposes once per shard that got commands and writes all answers
+// that are ready in one write. It is also how other goroutines get their
+// answers written: they Wake the connection.
+func (sv *server) OnTraffic(c gnet.Conn) gnet.Action {
+	cs := c.Context().(*connState)
+	cs.beginTraffic()
+	action := sv.serveLines(cs, c)
+	for i, s := range cs.touched {
+		s.kickProposer()
+		cs.touched[i] = nil
+	}
+	cs.touched = cs.touched[:0]
+	cs.flush()
+	return action
+}
+
+func (sv *server) serveLines(cs *connState, c gnet.Conn) gnet.Action {
+	buf, _ := c.Peek(-1)
+	used := 0
+	now := monoNow()
+	var req codec.Request
+	for used < len(buf) {
+		line, n, err := codec.SplitLine(buf[used:])
+		if err != nil {
+			// The only framing error: a line over the limit. Answer and
+			// close, since where the next line starts is unknown.
+			req = codec.Request{}
+			cs.sendParseError(&req, codec.ErrTooLong)
+			_, _ = c.Discard(len(buf))
+			return gnet.Close
+		}
+		if n == 0 {
+			break
+		}
+		used += n
+		sv.serveLine(cs, line, &req, now)
+	}
+	_, _ = c.Discard(used)
+	return gnet.None
+}
+
+func (sv *server) serveLine(cs *connState, line []byte, req *codec.Request, now int64) {
+	err := codec.ParseRequest(line, req)
+	if err != nil {
+		sv.node.metrics.badReqs.Inc()
+		var perr *codec.ParseError
+		if !errors.As(err, &perr) {
+			perr = &codec.ParseError{Code: codec.CodeBadRequest, Text: err.Error()}
+		}
+		if req.Key == nil {
+			cs.sendParseError(req, perr)
+			return
+		}
+		sv.node.shardFor(req.Key).badRequest(cs, req, perr)
+		return
+	}
+	sv.node.metrics.countRequest(req.Op)
+	s := sv.node.shardFor(req.Key)
+	if s.handle(cs, req, now) {
+		cs.touch(s)
+	}
+}

@@ -1,0 +1,746 @@
+package engine
+
+import (
+	"errors"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/baton-dev/baton/codec"
+	sm "github.com/baton-dev/baton/statemachine"
+)
+
+// originKind says who waits for the outcome of a proposed command.
+type originKind uint8
+
+const (
+	originInternal originKind = iota // Expire, or release of an abandoned grant
+	originGrant                      // a waiter's Grant
+	originClient                     // a client's R or K
+)
+
+// origin pairs a proposed command with whoever waits for its outcome.
+type origin struct {
+	kind originKind
+	op   byte // originClient: codec.OpRelease or codec.OpExtend
+	ks   *keyState
+	cs   *connState
+	w    *waiter
+}
+
+// proposal is one Raft entry this node proposed and has not seen applied.
+type proposal struct {
+	seq     uint64
+	data    []byte
+	origins []origin // origins[i] belongs to command i
+	barrier bool     // the empty entry a new leader commits before serving
+	failed  bool     // its requesters were answered ERR already (outcome unknown)
+}
+
+// shard is the engine's side of one Raft group: the view of its keys, the
+// leader-local wait queues, the batch being built, the proposals in flight
+// and the timers. Everything in it is guarded by mu, which the event loops
+// (requests), the apply goroutine (Applied), the timer goroutine and the
+// proposer take in turn; none of them blocks while holding it.
+type shard struct {
+	id   uint64
+	node *Node
+
+	mu       sync.Mutex
+	keys     map[string]*keyState
+	timers   timerHeap
+	pending  sm.Batch
+	origins  []origin
+	inflight []*proposal
+	seq      uint64
+
+	leaderID    uint64 // as last reported by Raft; 0 when unknown
+	serving     bool   // this node leads the shard and its barrier has applied
+	needBarrier bool   // a barrier must be proposed before serving
+	stopping    bool   // the node shuts down: answer unavailable
+
+	kick      chan struct{} // wakes the proposer
+	timerKick chan struct{} // wakes the timer goroutine: an earlier deadline
+	results   chan inflightResult
+}
+
+func newShard(n *Node, id uint64) *shard {
+	return &shard{
+		id:        id,
+		node:      n,
+		keys:      make(map[string]*keyState),
+		kick:      make(chan struct{}, 1),
+		timerKick: make(chan struct{}, 1),
+		results:   make(chan inflightResult, 4096),
+	}
+}
+
+// epoch anchors the monotonic clock used for every deadline.
+var epoch = time.Now()
+
+// monoNow is nanoseconds on the monotonic clock.
+func monoNow() int64 { return int64(time.Since(epoch)) }
+
+func msToNanos(ms uint32) int64 { return int64(ms) * int64(time.Millisecond) }
+
+// bytesOf views a key string as bytes without copying, for formatting only.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// ---- requests (called on event loops) ----
+
+// handle serves one parsed request. It returns true when it queued commands
+// for the proposer.
+func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.serving {
+		s.answerNotServing(cs, r.Op, r.Key)
+		return false
+	}
+	before := s.pending.Len()
+	switch r.Op {
+	case codec.OpAcquire:
+		s.acquire(cs, r, now)
+	case codec.OpRelease, codec.OpExtend:
+		s.releaseOrExtend(cs, r)
+	case codec.OpQuery:
+		s.query(cs, r.Key, now)
+	}
+	return s.pending.Len() > before
+}
+
+// badRequest answers a malformed request whose op and key could be read.
+// A malformed A waits behind an earlier unanswered A of the same key on the
+// same connection, so that answers to one (op, key) keep their order.
+func (s *shard) badRequest(cs *connState, r *codec.Request, perr *codec.ParseError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.Op == codec.OpAcquire {
+		if ks := s.keys[string(r.Key)]; ks != nil && ks.hasLiveWaiter(cs) {
+			s.deferAnswer(cs, ks, perr)
+			return
+		}
+	}
+	cs.sendParseError(r, perr)
+}
+
+func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
+	ks := s.keys[string(r.Key)]
+	if ks == nil {
+		ks = s.addKey(string(r.Key))
+	}
+	if r.WaitMs == codec.WaitNone && (ks.token != 0 || ks.granting != nil) {
+		if ks.hasLiveWaiter(cs) {
+			s.deferAnswer(cs, ks, nil)
+		} else {
+			send(cs, codec.OpAcquire, r.Key, codec.StatusTimeout)
+		}
+		s.forgetIfIdle(ks)
+		return
+	}
+	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued}
+	if !cs.addWaiter(w) {
+		s.forgetIfIdle(ks)
+		return
+	}
+	ks.enqueue(w)
+	if r.WaitMs > 0 {
+		s.pushTimer(timer{when: now + r.WaitMs*int64(time.Millisecond), kind: timerWait, w: w})
+	}
+	s.grantHead(ks)
+}
+
+// deferAnswer queues a decided answer (TIMEOUT when err is nil) behind the
+// connection's earlier acquire of the same key.
+func (s *shard) deferAnswer(cs *connState, ks *keyState, err error) {
+	w := &waiter{cs: cs, ks: ks, state: waitDeferred, deferred: deferredAnswer{err: err}}
+	if !cs.addWaiter(w) {
+		return
+	}
+	ks.enqueue(w)
+}
+
+func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
+	ks := s.keys[string(r.Key)]
+	if ks == nil {
+		// Nothing holds the key and nothing is in flight for it, so the
+		// answer is certain without a round through Raft.
+		send(cs, r.Op, r.Key, codec.StatusNotHeld)
+		return
+	}
+	o := origin{kind: originClient, op: r.Op, ks: ks, cs: cs}
+	if r.Op == codec.OpRelease {
+		s.propose(sm.Command{Op: sm.OpRelease, Key: r.Key, Token: r.Token}, o)
+		s.handOff(ks)
+		return
+	}
+	s.propose(sm.Command{Op: sm.OpExtend, Key: r.Key, Token: r.Token, LeaseMs: r.LeaseMs}, o)
+}
+
+func (s *shard) query(cs *connState, key []byte, now int64) {
+	ks := s.keys[string(key)]
+	if ks == nil || ks.token == 0 {
+		send(cs, codec.OpQuery, key, codec.StatusFree)
+		return
+	}
+	remaining := ks.deadline - now
+	if remaining < 0 {
+		remaining = 0
+	}
+	cs.send(&codec.Response{
+		Op: codec.OpQuery, Key: key, Status: codec.StatusHeld, Token: ks.token,
+		RemainingMs: uint64((remaining + int64(time.Millisecond) - 1) / int64(time.Millisecond)),
+	})
+}
+
+// answerNotServing answers a request this node cannot serve: MOVED to the
+// leader when one is known, else ERR unavailable.
+func (s *shard) answerNotServing(cs *connState, op byte, key []byte) {
+	if addr := s.node.clientAddrOf(s.leaderID); addr != "" && !s.stopping && s.leaderID != s.node.cfg.ID {
+		cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusMoved, Addr: bytesOf(addr)})
+		return
+	}
+	sendError(cs, op, key, codec.CodeUnavailable, "no leader for this key right now, retry")
+}
+
+func send(cs *connState, op byte, key []byte, st codec.Status) {
+	cs.send(&codec.Response{Op: op, Key: key, Status: st})
+}
+
+func sendError(cs *connState, op byte, key []byte, code, text string) {
+	cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusErr, Code: bytesOf(code), Text: bytesOf(text)})
+}
+
+// ---- building batches ----
+
+func (s *shard) addKey(key string) *keyState {
+	ks := &keyState{key: key}
+	s.keys[key] = ks
+	return ks
+}
+
+func (s *shard) forgetIfIdle(ks *keyState) {
+	if ks.idle() && s.keys[ks.key] == ks {
+		delete(s.keys, ks.key)
+	}
+}
+
+// propose appends one command to the batch being built.
+func (s *shard) propose(c sm.Command, o origin) {
+	s.pending.Append(c)
+	s.origins = append(s.origins, o)
+	o.ks.inflight++
+}
+
+// grantHead proposes a Grant for the next waiter if the key is free and no
+// Grant is in flight.
+func (s *shard) grantHead(ks *keyState) {
+	if !s.serving || ks.token != 0 || ks.granting != nil {
+		return
+	}
+	if w := ks.firstQueued(); w != nil {
+		s.proposeGrant(ks, w)
+	}
+}
+
+// handOff puts the next waiter's Grant in the same batch as a command that
+// may free the key, so that a hand-off costs one commit. If the key turns
+// out not to be freed, the Grant is rejected and the waiter keeps its place.
+func (s *shard) handOff(ks *keyState) {
+	if ks.granting != nil {
+		return
+	}
+	if w := ks.firstQueued(); w != nil {
+		s.proposeGrant(ks, w)
+	}
+}
+
+func (s *shard) proposeGrant(ks *keyState, w *waiter) {
+	w.state = waitGranting
+	ks.granting = w
+	s.propose(sm.Command{Op: sm.OpGrant, Key: bytesOf(ks.key), LeaseMs: w.leaseMs}, origin{kind: originGrant, ks: ks, w: w})
+}
+
+// takeProposal seals what is pending into a proposal and records it as in
+// flight; nil when there is nothing to propose.
+func (s *shard) takeProposal() *proposal {
+	var p *proposal
+	switch {
+	case s.needBarrier:
+		s.needBarrier = false
+		var empty sm.Batch
+		s.seq++
+		p = &proposal{seq: s.seq, barrier: true, data: empty.Seal(sm.Header{Proposer: s.node.proposerID, Seq: s.seq})}
+	case s.pending.Len() > 0:
+		s.seq++
+		p = &proposal{seq: s.seq, origins: s.origins, data: s.pending.Seal(sm.Header{Proposer: s.node.proposerID, Seq: s.seq})}
+		// dragonboat keeps the entry's bytes, so the next batch gets
+		// fresh memory instead of reusing this one.
+		s.pending = sm.Batch{}
+		s.origins = make([]origin, 0, len(p.origins))
+	default:
+		return nil
+	}
+	s.inflight = append(s.inflight, p)
+	return p
+}
+
+// ---- outcomes (called by the state machine on every replica) ----
+
+// applied processes one applied entry in log order.
+func (s *shard) applied(h sm.Header, cmds []sm.Command, results []sm.Result) {
+	now := monoNow()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var p *proposal
+	if h.Proposer == s.node.proposerID {
+		p = s.match(h.Seq)
+	}
+	if p != nil && p.barrier {
+		s.startServing(now)
+	}
+	for i := range cmds {
+		var o *origin
+		if p != nil && i < len(p.origins) {
+			o = &p.origins[i]
+		}
+		s.applyOne(&cmds[i], results[i], o, p != nil && p.failed, now)
+	}
+	s.kickIfPending()
+}
+
+// match finds the in-flight proposal with seq. Proposals of this node apply
+// in the order they were proposed, so any older one still in flight will
+// never apply: it is resolved as dropped.
+func (s *shard) match(seq uint64) *proposal {
+	for len(s.inflight) > 0 && s.inflight[0].seq < seq {
+		dead := s.inflight[0]
+		s.inflight = s.inflight[1:]
+		s.resolveDropped(dead)
+	}
+	if len(s.inflight) > 0 && s.inflight[0].seq == seq {
+		p := s.inflight[0]
+		s.inflight[0] = nil
+		s.inflight = s.inflight[1:]
+		return p
+	}
+	return nil
+}
+
+func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, now int64) {
+	var ks *keyState
+	if o != nil {
+		ks = o.ks
+		ks.inflight--
+	} else {
+		ks = s.keys[string(c.Key)]
+	}
+	// The committed view, kept on every replica.
+	switch res.Code {
+	case sm.Granted:
+		if ks == nil {
+			ks = s.addKey(string(c.Key))
+		}
+		ks.token, ks.leaseMs, ks.expiring = res.Token, c.LeaseMs, false
+		s.setDeadline(ks, now)
+	case sm.Released, sm.Expired:
+		if ks != nil {
+			ks.token, ks.deadline, ks.expiring = 0, 0, false
+		}
+	case sm.Extended:
+		if ks != nil {
+			ks.leaseMs = c.LeaseMs
+			s.setDeadline(ks, now)
+		}
+	}
+	if ks == nil {
+		return
+	}
+	if o != nil {
+		s.answer(o, c, res, failed)
+	}
+	s.grantHead(ks)
+	s.forgetIfIdle(ks)
+}
+
+// answer tells the requester of one of this node's commands its outcome.
+func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool) {
+	ks := o.ks
+	switch o.kind {
+	case originInternal:
+		if c.Op == sm.OpExpire && res.Code != sm.Expired {
+			ks.expiring = false
+		}
+	case originClient:
+		if failed {
+			return
+		}
+		st := codec.StatusNotHeld
+		if res.Code == sm.Released || res.Code == sm.Extended {
+			st = codec.StatusOK
+		}
+		send(o.cs, o.op, c.Key, st)
+	case originGrant:
+		w := o.w
+		if ks.granting == w {
+			ks.granting = nil
+		}
+		granted := res.Code == sm.Granted
+		switch {
+		case granted && (failed || w.abandoned || w.cs.peerGone()):
+			// Nobody waits for this grant any more: give it back at once.
+			s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: res.Token}, origin{kind: originInternal, ks: ks})
+			s.handOff(ks)
+			s.finish(w)
+		case granted:
+			w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: c.Key, Status: codec.StatusOK, Token: res.Token})
+			s.finish(w)
+		case w.abandoned || failed:
+			s.finish(w)
+		case w.tryLock:
+			send(w.cs, codec.OpAcquire, c.Key, codec.StatusTimeout)
+			s.finish(w)
+		default:
+			w.state = waitQueued // keeps its place; the key was not free after all
+		}
+	}
+}
+
+// finish takes an answered waiter out of the queue, then releases answers
+// that were deferred behind it on the same connection.
+func (s *shard) finish(w *waiter) {
+	ks := w.ks
+	if ks.deferred > 0 {
+		for z := w.next; z != nil; {
+			next := z.next
+			if z.cs == w.cs {
+				if z.state != waitDeferred {
+					break
+				}
+				s.sendDeferred(z)
+				ks.unlink(z)
+				z.state = waitDone
+				z.cs.removeWaiter(z)
+			}
+			z = next
+		}
+	}
+	ks.unlink(w)
+	w.state = waitDone
+	w.cs.removeWaiter(w)
+}
+
+func (s *shard) sendDeferred(z *waiter) {
+	key := bytesOf(z.ks.key)
+	var perr *codec.ParseError
+	if errors.As(z.deferred.err, &perr) {
+		z.cs.sendParseError(&codec.Request{Op: codec.OpAcquire, Key: key}, perr)
+		return
+	}
+	send(z.cs, codec.OpAcquire, key, codec.StatusTimeout)
+}
+
+func (s *shard) setDeadline(ks *keyState, now int64) {
+	ks.deadline = now + msToNanos(ks.leaseMs)
+	s.pushTimer(timer{when: ks.deadline, kind: timerLease, token: ks.token, ks: ks})
+}
+
+// ---- proposals that did not apply ----
+
+// resolveDropped handles a proposal that is known never to apply.
+func (s *shard) resolveDropped(p *proposal) {
+	for i := range p.origins {
+		o := &p.origins[i]
+		ks := o.ks
+		ks.inflight--
+		switch o.kind {
+		case originInternal:
+			ks.expiring = false
+			if ks.token != 0 {
+				// Look at the lease again: the Expire may be needed still.
+				s.pushTimer(timer{when: monoNow(), kind: timerLease, token: ks.token, ks: ks})
+			}
+		case originClient:
+			if !p.failed {
+				sendError(o.cs, o.op, bytesOf(ks.key), codec.CodeUnavailable, "not committed, retry")
+			}
+		case originGrant:
+			if ks.granting == o.w {
+				ks.granting = nil
+			}
+			if o.w.state == waitGranting {
+				o.w.state = waitQueued
+			}
+			if p.failed || o.w.abandoned {
+				s.finish(o.w)
+			}
+		}
+		s.grantHead(ks)
+		s.forgetIfIdle(ks)
+	}
+}
+
+// failProposal answers the requesters of a proposal whose outcome is not
+// known (its wait timed out): they get ERR unavailable and, should the entry
+// still apply later, its grants are released at once.
+func (s *shard) failProposal(p *proposal, code, text string) {
+	if p.failed {
+		return
+	}
+	p.failed = true
+	for i := range p.origins {
+		o := &p.origins[i]
+		switch o.kind {
+		case originClient:
+			sendError(o.cs, o.op, bytesOf(o.ks.key), code, text)
+		case originGrant:
+			o.w.abandoned = true
+			sendError(o.w.cs, codec.OpAcquire, bytesOf(o.ks.key), code, text)
+			o.ks.unlink(o.w)
+			o.w.cs.removeWaiter(o.w)
+		}
+	}
+	// A later proposal of ours applying settles whether this one did.
+	s.needBarrier = true
+	s.kickIfPending()
+}
+
+// removeInflight drops p from the in-flight list; false if it is not there.
+func (s *shard) removeInflight(p *proposal) bool {
+	for i, q := range s.inflight {
+		if q == p {
+			copy(s.inflight[i:], s.inflight[i+1:])
+			s.inflight[len(s.inflight)-1] = nil
+			s.inflight = s.inflight[:len(s.inflight)-1]
+			return true
+		}
+	}
+	return false
+}
+
+// ---- timers ----
+
+func (s *shard) pushTimer(t timer) {
+	first, ok := s.timers.peek()
+	s.timers.push(t)
+	if !ok || t.when < first {
+		select {
+		case s.timerKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// fireTimers acts on every timer due by now and returns the next deadline.
+func (s *shard) fireTimers(now int64) (next int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		when, ok := s.timers.peek()
+		if !ok || when > now {
+			break
+		}
+		t := s.timers.pop()
+		switch t.kind {
+		case timerLease:
+			s.leaseDue(t, now)
+		case timerWait:
+			s.waitDue(t.w)
+		}
+	}
+	s.kickIfPending()
+	return s.timers.peek()
+}
+
+// leaseDue proposes Expire for a lease that ran out, with the next waiter's
+// Grant in the same batch. Only the serving leader acts; a follower keeps
+// its deadlines for when it takes over.
+func (s *shard) leaseDue(t timer, now int64) {
+	ks := t.ks
+	if !s.serving || ks.token != t.token || ks.deadline > now || ks.expiring {
+		return
+	}
+	ks.expiring = true
+	s.propose(sm.Command{Op: sm.OpExpire, Key: bytesOf(ks.key), Token: ks.token}, origin{kind: originInternal, ks: ks})
+	s.handOff(ks)
+}
+
+// waitDue answers TIMEOUT to a waiter whose wait_ms ran out.
+func (s *shard) waitDue(w *waiter) {
+	ks := w.ks
+	switch w.state {
+	case waitQueued:
+		if s.hasEarlierLive(w) {
+			w.state = waitDeferred
+			w.deferred = deferredAnswer{}
+			ks.deferred++
+			return
+		}
+		send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.finish(w)
+		s.forgetIfIdle(ks)
+	case waitGranting:
+		// The Grant is in flight: answer now, release the grant if it lands.
+		w.abandoned = true
+		send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.finish(w)
+	}
+}
+
+// abandon forgets an acquire whose connection closed. A Grant already in
+// flight for it is released when it lands (see answer).
+func (s *shard) abandon(w *waiter) {
+	ks := w.ks
+	switch w.state {
+	case waitQueued, waitDeferred:
+		ks.unlink(w)
+		w.state = waitDone
+	case waitGranting:
+		w.abandoned = true
+		ks.unlink(w)
+	}
+	s.forgetIfIdle(ks)
+}
+
+// hasEarlierLive reports whether w's connection has an unanswered acquire of
+// the same key ahead of w.
+func (s *shard) hasEarlierLive(w *waiter) bool {
+	for z := w.ks.head; z != nil && z != w; z = z.next {
+		if z.cs == w.cs && (z.state == waitQueued || z.state == waitGranting) {
+			return true
+		}
+	}
+	return false
+}
+
+// ---- leadership ----
+
+// leaderUpdated follows Raft's view of who leads the shard.
+func (s *shard) leaderUpdated(leaderID uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leaderID = leaderID
+	if leaderID == s.node.cfg.ID {
+		if !s.serving && !s.stopping {
+			// Serve only once an entry of our own term has applied: by then
+			// every earlier committed entry is in our view.
+			s.needBarrier = true
+			s.kickIfPending()
+		}
+		return
+	}
+	s.stopServing()
+}
+
+// startServing runs when this node's barrier applies.
+func (s *shard) startServing(now int64) {
+	if s.serving || s.stopping || s.leaderID != s.node.cfg.ID {
+		return
+	}
+	s.serving = true
+	// Holders could not extend while no leader existed, so the new leader
+	// does not charge them for that time: every lease starts afresh.
+	for _, ks := range s.keys {
+		if ks.token != 0 {
+			s.setDeadline(ks, now)
+		}
+	}
+}
+
+// stopServing answers every waiter: MOVED to the new leader, or ERR
+// unavailable. Commands not yet proposed are answered the same way.
+func (s *shard) stopServing() {
+	s.serving = false
+	for _, ks := range s.keys {
+		for w := ks.head; w != nil; {
+			next := w.next
+			switch w.state {
+			case waitQueued:
+				s.answerNotServing(w.cs, codec.OpAcquire, bytesOf(ks.key))
+				s.finish(w)
+			case waitDeferred:
+				s.sendDeferred(w)
+				ks.unlink(w)
+				w.state = waitDone
+				w.cs.removeWaiter(w)
+			}
+			w = next
+		}
+	}
+	for i := range s.origins {
+		o := &s.origins[i]
+		o.ks.inflight--
+		switch o.kind {
+		case originClient:
+			s.answerNotServing(o.cs, o.op, bytesOf(o.ks.key))
+		case originGrant:
+			if o.ks.granting == o.w {
+				o.ks.granting = nil
+			}
+			s.answerNotServing(o.w.cs, codec.OpAcquire, bytesOf(o.ks.key))
+			s.finish(o.w)
+		case originInternal:
+			o.ks.expiring = false
+		}
+	}
+	s.pending.Reset()
+	s.origins = s.origins[:0]
+	for _, ks := range s.keys {
+		s.forgetIfIdle(ks)
+	}
+}
+
+// reset replaces the view of the shard with the table as loaded.
+func (s *shard) reset(each func(func(sm.Lock))) {
+	now := monoNow()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys = make(map[string]*keyState)
+	s.timers = nil
+	each(func(l sm.Lock) {
+		ks := s.addKey(string(l.Key))
+		ks.token, ks.leaseMs = l.Token, l.LeaseMs
+		s.setDeadline(ks, now)
+	})
+}
+
+// ---- goroutines ----
+
+func (s *shard) kickIfPending() {
+	if s.pending.Len() > 0 || s.needBarrier {
+		s.kickProposer()
+	}
+}
+
+func (s *shard) kickProposer() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// runTimers sleeps until the earliest deadline and fires what is due.
+func (s *shard) runTimers(stop <-chan struct{}) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		next, ok := s.fireTimers(monoNow())
+		wait := time.Hour
+		if ok {
+			wait = time.Duration(next - monoNow())
+		}
+		t.Reset(wait)
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		case <-s.timerKick:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+	}
+}

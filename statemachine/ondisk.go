@@ -1,0 +1,372 @@
+package statemachine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cockroachdb/pebble"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+)
+
+const (
+	tablePrefix = 't'
+	metaPrefix  = 'm'
+	prefixLen   = 1 + 4
+	rowLen      = 8 + 4
+	metaLen     = 8 + 8
+	// stopEvery is how many rows Open, SaveSnapshot and RecoverFromSnapshot
+	// handle between looks at their stop channel: often enough to stop a
+	// big table promptly, rarely enough to cost nothing.
+	stopEvery = 4096
+)
+
+// ErrClosed is returned by Lookup once the state machine is closed (or before
+// it is opened).
+var ErrClosed = errors.New("statemachine: closed")
+
+// OpenDB opens (creating if needed) the pebble DB in dir that all shards of a
+// node share. The options suit a lock table: many small keys and values, a
+// write-mostly load (Update never reads pebble), modest memory.
+func OpenDB(dir string) (*pebble.DB, error) {
+	// Reads are rare (Open, snapshots), so a small cache is enough; the DB
+	// holds its own reference once opened.
+	cache := pebble.NewCache(8 << 20)
+	defer cache.Unref()
+	opts := &pebble.Options{
+		Cache: cache,
+		// 16 MiB memtables, up to 4 queued, bound memory while absorbing
+		// bursts of small batches without stalling on flushes.
+		MemTableSize:                16 << 20,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       4,
+		L0StopWritesThreshold:       16,
+		LBaseMaxBytes:               64 << 20,
+		MaxOpenFiles:                1024,
+		// The node also runs Raft and the network loops; one compaction at
+		// a time keeps pebble from taking every core.
+		MaxConcurrentCompactions: func() int { return 1 },
+		FormatMajorVersion:       pebble.FormatNewest,
+	}
+	opts.Levels = make([]pebble.LevelOptions, 7)
+	for i := range opts.Levels {
+		l := &opts.Levels[i]
+		l.BlockSize = 16 << 10
+		l.TargetFileSize = 8 << 20 << i
+		l.Compression = pebble.SnappyCompression
+	}
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("statemachine: open pebble in %s: %w", dir, err)
+	}
+	return db, nil
+}
+
+// Factory returns the dragonboat constructor for baton's on-disk state
+// machine. All shards of a node share db (keys are prefixed by shard id);
+// obs is told of every change and may be nil.
+//
+// Lookup (what NodeHost.SyncRead and StaleRead call) takes a LookupKey and
+// returns a LookupResult value. It reads the in-memory table under a
+// read-write mutex, so it is safe while dragonboat runs Update or
+// RecoverFromSnapshot concurrently; it may see the effects of an Update
+// whose pebble batch is still being committed (those entries are committed
+// in Raft, so this is never older than the committed state).
+func Factory(db *pebble.DB, obs Observer) sm.CreateOnDiskStateMachineFunc {
+	return func(shardID, replicaID uint64) sm.IOnDiskStateMachine {
+		return newOnDisk(db, obs, shardID)
+	}
+}
+
+// onDisk is one shard's replica of the lock table.
+//
+// dragonboat serializes Open, Update, Sync, PrepareSnapshot,
+// RecoverFromSnapshot and Close; Lookup and SaveSnapshot run concurrently with
+// them. Hence the fields they share: mu guards t against Lookup, SaveSnapshot
+// uses only its own pebble snapshot, and snapMu guards the set of snapshots
+// Close must release.
+type onDisk struct {
+	db    *pebble.DB
+	obs   Observer
+	shard uint64
+
+	tableLo [prefixLen]byte // first key of the shard's table
+	tableHi [prefixLen]byte // first key after it
+	metaKey [prefixLen]byte
+
+	mu sync.RWMutex
+	t  *table // nil before Open and after Close
+
+	applied uint64 // last applied Raft index, as in the meta
+
+	// Scratch reused by every Update.
+	cmds    []Command
+	results []Result
+	spans   []span
+
+	snapMu sync.Mutex
+	snaps  map[*snapCtx]struct{}
+}
+
+// span locates one decoded entry in the Update scratch slices.
+type span struct {
+	index      uint64
+	h          Header
+	start, end int
+}
+
+func newOnDisk(db *pebble.DB, obs Observer, shard uint64) *onDisk {
+	s := &onDisk{db: db, obs: obs, shard: shard, snaps: map[*snapCtx]struct{}{}}
+	// A bad shard id still gets keys (truncated) so that nothing here can
+	// panic; Open refuses it before any key is used.
+	s.tableLo = shardKey(tablePrefix, shard)
+	s.tableHi = shardKey(tablePrefix, shard+1)
+	s.metaKey = shardKey(metaPrefix, shard)
+	return s
+}
+
+func shardKey(prefix byte, shard uint64) (k [prefixLen]byte) {
+	k[0] = prefix
+	binary.BigEndian.PutUint32(k[1:], uint32(shard))
+	return k
+}
+
+func encodeMeta(applied, seq uint64) (v [metaLen]byte) {
+	binary.LittleEndian.PutUint64(v[0:], applied)
+	binary.LittleEndian.PutUint64(v[8:], seq)
+	return v
+}
+
+// Open implements sm.IOnDiskStateMachine: it loads the shard's table into
+// memory and returns the applied index stored with it.
+func (s *onDisk) Open(stopc <-chan struct{}) (uint64, error) {
+	if s.shard < 1 || s.shard > MaxShards {
+		return 0, fmt.Errorf("statemachine: shard id %d out of range 1..%d", s.shard, MaxShards)
+	}
+	applied, seq, found, err := s.readMeta()
+	if err != nil {
+		return 0, err
+	}
+	t := newTable(s.shard, seq, 0)
+	if !found {
+		// Rows without meta are what an interrupted RecoverFromSnapshot
+		// leaves; the shard starts empty and dragonboat brings it up to date
+		// from a snapshot or the log.
+		if err := s.dropOrphanRows(); err != nil {
+			return 0, err
+		}
+	} else if err := s.load(t, stopc); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.t = t
+	s.mu.Unlock()
+	s.applied = applied
+	s.reset()
+	return applied, nil
+}
+
+func (s *onDisk) readMeta() (applied, seq uint64, found bool, err error) {
+	v, closer, err := s.db.Get(s.metaKey[:])
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, 0, false, nil
+	}
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("statemachine: shard %d: read meta: %w", s.shard, err)
+	}
+	defer closer.Close()
+	if len(v) != metaLen {
+		return 0, 0, false, fmt.Errorf("statemachine: shard %d: meta is %d bytes, want %d", s.shard, len(v), metaLen)
+	}
+	return binary.LittleEndian.Uint64(v), binary.LittleEndian.Uint64(v[8:]), true, nil
+}
+
+// dropOrphanRows deletes the shard's rows, if it has any: a new shard (the
+// common case) gets no range tombstone and no fsync.
+func (s *onDisk) dropOrphanRows() error {
+	it := s.db.NewIter(&pebble.IterOptions{LowerBound: s.tableLo[:], UpperBound: s.tableHi[:]})
+	hasRows := it.First()
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("statemachine: shard %d: scan table: %w", s.shard, err)
+	}
+	if !hasRows {
+		return nil
+	}
+	if err := s.db.DeleteRange(s.tableLo[:], s.tableHi[:], pebble.Sync); err != nil {
+		return fmt.Errorf("statemachine: shard %d: drop orphan rows: %w", s.shard, err)
+	}
+	return nil
+}
+
+func (s *onDisk) load(t *table, stopc <-chan struct{}) error {
+	var err error
+	it := s.db.NewIter(&pebble.IterOptions{LowerBound: s.tableLo[:], UpperBound: s.tableHi[:]})
+	for ok := it.First(); ok; ok = it.Next() {
+		if t.len()%stopEvery == 0 && stopped(stopc) {
+			err = sm.ErrOpenStopped
+			break
+		}
+		k, v := it.Key()[prefixLen:], it.Value()
+		if err = s.checkRow(t, k, v); err != nil {
+			break
+		}
+		t.insert(k, row{token: binary.LittleEndian.Uint64(v), leaseMs: binary.LittleEndian.Uint32(v[8:])})
+	}
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("statemachine: shard %d: scan table: %w", s.shard, cerr)
+	}
+	return err
+}
+
+// checkRow refuses a stored row that this code could not have written.
+func (s *onDisk) checkRow(t *table, k, v []byte) error {
+	if len(k) == 0 || len(k) > MaxKeyLen || len(v) != rowLen {
+		return fmt.Errorf("statemachine: shard %d: corrupt row %q", s.shard, k)
+	}
+	if tok := binary.LittleEndian.Uint64(v); !t.validToken(tok) {
+		return fmt.Errorf("statemachine: shard %d: row %q has token %d not issued by this shard", s.shard, k, tok)
+	}
+	return nil
+}
+
+// validToken reports whether tok can have been issued by the shard, given
+// its counter.
+func (t *table) validToken(tok uint64) bool {
+	return tok&MaxShards == t.shard && tok>>ShardBits >= 1 && tok>>ShardBits <= t.seq
+}
+
+func stopped(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// reset tells the observer the table was replaced. Only the serialized
+// methods call it, so t cannot change under each.
+func (s *onDisk) reset() {
+	if s.obs != nil {
+		s.obs.Reset(s.shard, s.t.each)
+	}
+}
+
+// Update implements sm.IOnDiskStateMachine. See the package doc for what
+// it writes; Result.Value is the entry's number of commands (0 for an empty
+// or undecodable entry).
+func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
+	if len(ents) == 0 {
+		return ents, nil
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	cmds, results, spans := s.cmds[:0], s.results[:0], s.spans[:0]
+
+	s.mu.Lock()
+	t := s.t
+	if t == nil {
+		s.mu.Unlock()
+		return ents, ErrClosed
+	}
+	for i := range ents {
+		e := &ents[i]
+		e.Result = sm.Result{}
+		if len(e.Cmd) == 0 {
+			continue
+		}
+		start := len(cmds)
+		var h Header
+		var err error
+		if h, cmds, err = DecodeBatch(e.Cmd, cmds); err != nil {
+			// Every replica rejects the same bytes alike, so skipping the
+			// entry keeps them identical.
+			continue
+		}
+		for j := start; j < len(cmds); j++ {
+			r, ch, v := t.apply(&cmds[j])
+			results = append(results, r)
+			switch ch {
+			case put:
+				op := b.SetDeferred(prefixLen+len(cmds[j].Key), rowLen)
+				copy(op.Key, s.tableLo[:])
+				copy(op.Key[prefixLen:], cmds[j].Key)
+				binary.LittleEndian.PutUint64(op.Value, v.token)
+				binary.LittleEndian.PutUint32(op.Value[8:], v.leaseMs)
+				_ = op.Finish() // cannot fail: the batch is not indexed
+			case del:
+				op := b.DeleteDeferred(prefixLen + len(cmds[j].Key))
+				copy(op.Key, s.tableLo[:])
+				copy(op.Key[prefixLen:], cmds[j].Key)
+				_ = op.Finish()
+			}
+		}
+		e.Result.Value = uint64(len(cmds) - start)
+		spans = append(spans, span{index: e.Index, h: h, start: start, end: len(cmds)})
+	}
+	seq := t.seq
+	s.mu.Unlock()
+
+	s.applied = ents[len(ents)-1].Index
+	meta := encodeMeta(s.applied, seq)
+	_ = b.Set(s.metaKey[:], meta[:], nil)
+	if err := b.Commit(pebble.NoSync); err != nil {
+		// The map is now ahead of pebble; dragonboat stops the node on an
+		// Update error, and Open reloads the map from pebble.
+		return ents, fmt.Errorf("statemachine: shard %d: commit: %w", s.shard, err)
+	}
+	if s.obs != nil {
+		for _, sp := range spans {
+			s.obs.Applied(s.shard, sp.index, sp.h, cmds[sp.start:sp.end], results[sp.start:sp.end])
+		}
+	}
+	// Drop the keys, which alias dragonboat's entries, so that they can be
+	// collected before the next Update.
+	clear(cmds)
+	s.cmds, s.results, s.spans = cmds[:0], results[:0], spans[:0]
+	return ents, nil
+}
+
+// Lookup implements sm.IOnDiskStateMachine: a LookupKey answers a
+// LookupResult from the in-memory table (see Factory on concurrency).
+func (s *onDisk) Lookup(q interface{}) (interface{}, error) {
+	k, ok := q.(LookupKey)
+	if !ok {
+		return nil, fmt.Errorf("statemachine: Lookup takes a LookupKey, not %T", q)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.t == nil {
+		return nil, ErrClosed
+	}
+	r, held := s.t.get(k)
+	return LookupResult{Held: held, Token: r.token, LeaseMs: r.leaseMs}, nil
+}
+
+// Sync implements sm.IOnDiskStateMachine. Update commits without fsync; one
+// fsync of pebble's WAL makes every batch written before it durable.
+func (s *onDisk) Sync() error {
+	if err := s.db.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("statemachine: shard %d: sync: %w", s.shard, err)
+	}
+	return nil
+}
+
+// Close implements sm.IOnDiskStateMachine. It drops the in-memory table and
+// any snapshot not yet saved; the shared DB stays open.
+func (s *onDisk) Close() error {
+	s.mu.Lock()
+	s.t = nil
+	s.mu.Unlock()
+	s.snapMu.Lock()
+	pending := make([]*snapCtx, 0, len(s.snaps))
+	for c := range s.snaps {
+		pending = append(pending, c)
+	}
+	s.snapMu.Unlock()
+	for _, c := range pending {
+		s.release(c)
+	}
+	return nil
+}

@@ -1,0 +1,401 @@
+package statemachine
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+
+	sm "github.com/lni/dragonboat/v4/statemachine"
+)
+
+// workload generates entries over a small key space so that commands
+// collide, using tokens the table really issued (and some it did not).
+type workload struct {
+	rng    *rand.Rand
+	tokens []uint64
+	index  uint64
+}
+
+func (w *workload) key() string { return fmt.Sprintf("k%d", w.rng.IntN(40)) }
+
+func (w *workload) token() uint64 {
+	if len(w.tokens) == 0 || w.rng.IntN(8) == 0 {
+		return w.rng.Uint64N(1 << 20)
+	}
+	return w.tokens[w.rng.IntN(len(w.tokens))]
+}
+
+func (w *workload) entries() []sm.Entry {
+	ents := make([]sm.Entry, 1+w.rng.IntN(4))
+	for i := range ents {
+		w.index++
+		ents[i].Index = w.index
+		switch w.rng.IntN(20) {
+		case 0: // dragonboat may hand over an empty entry
+			continue
+		case 1:
+			ents[i].Cmd = []byte{1, 2, 3} // malformed
+			continue
+		}
+		cmds := make([]Command, w.rng.IntN(30))
+		for j := range cmds {
+			switch w.rng.IntN(5) {
+			case 0, 1:
+				cmds[j] = grant(w.key(), w.rng.Uint32N(100000))
+			case 2:
+				tok := w.token()
+				if w.rng.IntN(4) == 0 {
+					tok = 0
+				}
+				cmds[j] = release(w.key(), tok)
+			case 3:
+				cmds[j] = extend(w.key(), w.token(), w.rng.Uint32N(100000))
+			case 4:
+				cmds[j] = expire(w.key(), w.token())
+			}
+		}
+		ents[i].Cmd = encode(Header{Proposer: 1, Seq: w.index}, cmds...)
+	}
+	return ents
+}
+
+func (w *workload) learn(calls []applied) {
+	for _, a := range calls {
+		for _, r := range a.results {
+			if r.Code == Granted {
+				w.tokens = append(w.tokens, r.Token)
+			}
+		}
+	}
+}
+
+func TestReplicasAgree(t *testing.T) {
+	obsA, obsB := newRecorder(), newRecorder()
+	dbA, dbB := newTestDB(t), newTestDB(t)
+	a, _ := openSM(t, dbA, obsA, 5)
+	b, _ := openSM(t, dbB, obsB, 5)
+	w := &workload{rng: rand.New(rand.NewPCG(1, 2))}
+	learned := 0
+	for range 300 {
+		ents := w.entries()
+		va, vb := update(t, a, ents...), update(t, b, ents...)
+		if !slices.Equal(va, vb) {
+			t.Fatalf("results differ: %v vs %v", va, vb)
+		}
+		calls := obsA.calls()
+		w.learn(calls[learned:])
+		learned = len(calls)
+	}
+	if !reflect.DeepEqual(obsA.calls(), obsB.calls()) {
+		t.Fatal("observers were told different things")
+	}
+	if ta, tb := scan(t, dbA, nil, nil), scan(t, dbB, nil, nil); !slices.Equal(ta, tb) {
+		t.Fatalf("tables differ:\n%v\n%v", ta, tb)
+	}
+	if !reflect.DeepEqual(locks(a), locks(b)) {
+		t.Fatal("in-memory tables differ")
+	}
+	checkMirror(t, a)
+	// The workload must have exercised every outcome to mean anything.
+	seen := map[Code]bool{}
+	for _, c := range obsA.calls() {
+		for _, r := range c.results {
+			seen[r.Code] = true
+		}
+	}
+	for c := Granted; c <= Noop; c++ {
+		if !seen[c] {
+			t.Errorf("workload never produced code %d", c)
+		}
+	}
+}
+
+// checkMirror verifies that the in-memory table is exactly what pebble holds.
+func checkMirror(t *testing.T, s *onDisk) {
+	t.Helper()
+	fresh, _ := openSM(t, s.db, nil, s.shard)
+	if !reflect.DeepEqual(locks(s), locks(fresh)) {
+		t.Fatalf("memory and pebble disagree:\n%v\n%v", locks(s), locks(fresh))
+	}
+}
+
+func TestUpdateResultsAndObserver(t *testing.T) {
+	obs := newRecorder()
+	s, index := openSM(t, newTestDB(t), obs, 1)
+	if index != 0 {
+		t.Fatalf("new shard opened at index %d", index)
+	}
+	ents := []sm.Entry{
+		entry(1, grant("a", 10), grant("b", 20), grant("a", 30)),
+		{Index: 2},                        // empty: skipped
+		{Index: 3, Cmd: []byte("broken")}, // malformed: skipped
+		entry(4),                          // barrier
+		entry(5, release("a", 0), expire("b", 2<<ShardBits|1)),
+	}
+	if got, want := update(t, s, ents...), []uint64{3, 0, 0, 0, 2}; !slices.Equal(got, want) {
+		t.Fatalf("Result.Value = %v, want %v", got, want)
+	}
+	calls := obs.calls()
+	want := []applied{
+		{1, 1, Header{7, 1}, []Command{grant("a", 10), grant("b", 20), grant("a", 30)},
+			[]Result{{Granted, 1<<ShardBits | 1}, {Granted, 2<<ShardBits | 1}, {GrantRejected, 0}}},
+		{1, 4, Header{7, 4}, nil, nil},
+		{1, 5, Header{7, 5}, []Command{release("a", 0), expire("b", 2<<ShardBits|1)},
+			[]Result{{Released, 1<<ShardBits | 1}, {Expired, 2<<ShardBits | 1}}},
+	}
+	for i := range want {
+		want[i].cmds = normalizeAll(want[i].cmds)
+	}
+	if !reflect.DeepEqual(calls, want) {
+		t.Fatalf("observer got\n%+v\nwant\n%+v", calls, want)
+	}
+	if got, _, _, _ := s.readMeta(); got != 5 {
+		t.Errorf("meta applied = %d, want 5", got)
+	}
+}
+
+func normalizeAll(cmds []Command) []Command {
+	var out []Command
+	for _, c := range cmds {
+		out = append(out, normalize(c))
+	}
+	return out
+}
+
+func TestObserverRunsAfterCommit(t *testing.T) {
+	db := newTestDB(t)
+	var seen []string
+	obs := &funcObserver{applied: func(shard, index uint64) {
+		// What the observer is told must already be in pebble.
+		seen = scanShard(t, db, shard)
+	}}
+	s, _ := openSM(t, db, obs, 1)
+	update(t, s, entry(1, grant("a", 1)))
+	if len(seen) != 2 { // the row and the meta
+		t.Fatalf("observer saw %v", seen)
+	}
+}
+
+type funcObserver struct{ applied func(shard, index uint64) }
+
+func (f *funcObserver) Reset(uint64, func(func(Lock))) {}
+func (f *funcObserver) Applied(shard, index uint64, _ Header, _ []Command, _ []Result) {
+	f.applied(shard, index)
+}
+
+func TestIdempotentCommands(t *testing.T) {
+	tok := uint64(1<<ShardBits | 1)
+	tests := []struct {
+		name  string
+		cmd   Command
+		first Code
+		again Code
+	}{
+		{"expire", expire("a", tok), Expired, Noop},
+		{"release with token", release("a", tok), Released, NotHeld},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			obs := newRecorder()
+			db := newTestDB(t)
+			s, _ := openSM(t, db, obs, 1)
+			update(t, s, entry(1, grant("a", 10), grant("b", 10)))
+			e := entry(2, tc.cmd)
+			update(t, s, e)
+			before := scanShard(t, db, 1)
+			e.Index = 3 // a duplicate proposal lands at a later index
+			update(t, s, e)
+			after := scanShard(t, db, 1)
+			calls := obs.calls()
+			if got := calls[1].results[0].Code; got != tc.first {
+				t.Errorf("first: %d, want %d", got, tc.first)
+			}
+			if got := calls[2].results[0]; got != (Result{Code: tc.again}) {
+				t.Errorf("again: %+v, want code %d", got, tc.again)
+			}
+			// Only the meta's applied index may change.
+			if !slices.Equal(before[:len(before)-1], after[:len(after)-1]) {
+				t.Errorf("table changed:\n%v\n%v", before, after)
+			}
+			if _, held := locks(s)["b"]; !held {
+				t.Error("the other key was touched")
+			}
+		})
+	}
+}
+
+func TestReopenContinues(t *testing.T) {
+	dir := t.TempDir()
+	db := openTestDB(t, dir)
+	s, _ := openSM(t, db, nil, 9)
+	var maxTok uint64
+	for i := uint64(1); i <= 20; i++ {
+		update(t, s, entry(i, grant(fmt.Sprint("k", i), uint32(i)), release(fmt.Sprint("k", i-1), 0)))
+	}
+	for _, r := range locks(s) {
+		maxTok = max(maxTok, r.token)
+	}
+	maxTok = max(maxTok, 20<<ShardBits|9)
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Lookup(LookupKey("k20")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Lookup after Close: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db = openTestDB(t, dir)
+	defer db.Close()
+	obs := newRecorder()
+	s, applied := openSM(t, db, obs, 9)
+	if applied != 20 {
+		t.Fatalf("Open returned %d, want 20", applied)
+	}
+	if got := obs.lastReset(9); len(got) != 1 || got["k20"].Token != 20<<ShardBits|9 || got["k20"].LeaseMs != 20 {
+		t.Fatalf("Reset told %v", got)
+	}
+	update(t, s, entry(21, grant("new", 1)))
+	if tok := obs.calls()[0].results[0].Token; tok <= maxTok {
+		t.Fatalf("token after reopen %d, not above %d", tok, maxTok)
+	}
+}
+
+func TestShardsShareADB(t *testing.T) {
+	db := newTestDB(t)
+	obs := newRecorder()
+	s1, _ := openSM(t, db, obs, 1)
+	s2, _ := openSM(t, db, obs, 2)
+	update(t, s1, entry(1, grant("a", 1), grant("b", 1)))
+	update(t, s2, entry(1, grant("a", 2)))
+	update(t, s2, entry(2, grant("b", 2), release("a", 0)))
+	if r, _ := s1.Lookup(LookupKey("a")); !r.(LookupResult).Held {
+		t.Error("shard 2's release freed shard 1's key")
+	}
+	if r, _ := s2.Lookup(LookupKey("a")); r.(LookupResult).Held {
+		t.Error("shard 2 still holds a")
+	}
+	tokens := map[uint64]bool{}
+	for _, c := range obs.calls() {
+		for _, r := range c.results {
+			if r.Code != Granted {
+				continue
+			}
+			if tokens[r.Token] {
+				t.Errorf("token %d issued twice", r.Token)
+			}
+			tokens[r.Token] = true
+			if r.Token&MaxShards != c.shard {
+				t.Errorf("shard %d issued token %d", c.shard, r.Token)
+			}
+		}
+	}
+	// Reopening each shard sees only its own rows.
+	r1, _ := openSM(t, db, nil, 1)
+	r2, _ := openSM(t, db, nil, 2)
+	if len(locks(r1)) != 2 || len(locks(r2)) != 1 {
+		t.Errorf("reopened shards hold %v and %v", locks(r1), locks(r2))
+	}
+}
+
+func TestOpenRejectsBadShardID(t *testing.T) {
+	db := newTestDB(t)
+	for _, id := range []uint64{0, MaxShards + 1, 1 << 40} {
+		if _, err := Factory(db, nil)(id, 1).Open(nil); err == nil {
+			t.Errorf("shard %d opened", id)
+		}
+	}
+	if _, err := Factory(db, nil)(MaxShards, 1).Open(nil); err != nil {
+		t.Errorf("shard %d: %v", MaxShards, err)
+	}
+}
+
+func TestOpenDropsRowsWithoutMeta(t *testing.T) {
+	db := newTestDB(t)
+	s, _ := openSM(t, db, nil, 4)
+	update(t, s, entry(1, grant("a", 1)))
+	other, _ := openSM(t, db, nil, 5)
+	update(t, other, entry(1, grant("a", 1)))
+	// What a crash in the middle of RecoverFromSnapshot leaves behind.
+	if err := db.Delete(s.metaKey[:], nil); err != nil {
+		t.Fatal(err)
+	}
+	obs := newRecorder()
+	s, applied := openSM(t, db, obs, 4)
+	if applied != 0 || len(locks(s)) != 0 || len(obs.lastReset(4)) != 0 {
+		t.Fatalf("opened at %d with %v", applied, locks(s))
+	}
+	if rows := scanShard(t, db, 4); len(rows) != 0 {
+		t.Fatalf("rows left: %v", rows)
+	}
+	if rows := scanShard(t, db, 5); len(rows) != 2 {
+		t.Fatalf("other shard: %v", rows)
+	}
+}
+
+func TestLookup(t *testing.T) {
+	s, _ := openSM(t, newTestDB(t), nil, 1)
+	update(t, s, entry(1, grant("a", 42)))
+	tests := []struct {
+		q    any
+		want any
+		err  bool
+	}{
+		{LookupKey("a"), LookupResult{Held: true, Token: 1<<ShardBits | 1, LeaseMs: 42}, false},
+		{LookupKey("b"), LookupResult{}, false},
+		{[]byte("a"), nil, true},
+		{"a", nil, true},
+	}
+	for _, tc := range tests {
+		got, err := s.Lookup(tc.q)
+		if (err != nil) != tc.err || got != tc.want {
+			t.Errorf("Lookup(%#v) = %#v, %v", tc.q, got, err)
+		}
+	}
+}
+
+// TestConcurrentLookup runs Lookup against Update and RecoverFromSnapshot, as
+// dragonboat may; run with -race.
+func TestConcurrentLookup(t *testing.T) {
+	db := newTestDB(t)
+	s, _ := openSM(t, db, nil, 1)
+	src, _ := openSM(t, newTestDB(t), nil, 1)
+	update(t, src, entry(1, grant("x", 1)))
+	snap := saveSnapshot(t, src)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := s.Lookup(LookupKey("k1")); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for i := uint64(1); i <= 200; i++ {
+		update(t, s, entry(i, grant("k1", 1), release("k1", 0), grant("k1", 2)))
+	}
+	if err := s.RecoverFromSnapshot(bytesReader(snap), nil); err != nil {
+		t.Error(err)
+	}
+	close(stop)
+	wg.Wait()
+}

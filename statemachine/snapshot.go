@@ -1,0 +1,312 @@
+package statemachine
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"sync"
+
+	"github.com/cockroachdb/pebble"
+	sm "github.com/lni/dragonboat/v4/statemachine"
+)
+
+const (
+	snapMagic      = "btsn"
+	snapVersion    = 1
+	snapHeaderLen  = 4 + 1 + 4 + 8 + 8
+	snapBufSize    = 64 << 10
+	recoverBatchSz = 1 << 20 // bytes per pebble batch while recovering
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrBadSnapshot is what RecoverFromSnapshot's errors match (errors.Is) when
+// the stream is truncated, corrupt or not for this shard.
+var ErrBadSnapshot = errors.New("statemachine: bad snapshot")
+
+// snapCtx is the point in time PrepareSnapshot captured. The pebble snapshot
+// pins that state while Update goes on; it is released exactly once, by
+// SaveSnapshot or, if dragonboat never gets that far, by Close.
+type snapCtx struct {
+	mu      sync.Mutex
+	snap    *pebble.Snapshot // nil once released
+	applied uint64
+	seq     uint64
+}
+
+// PrepareSnapshot implements sm.IOnDiskStateMachine. It runs mutually
+// exclusive with Update, whose batches are committed when it returns, so the
+// pebble snapshot and the in-memory applied index and seq agree.
+func (s *onDisk) PrepareSnapshot() (interface{}, error) {
+	s.mu.RLock()
+	t := s.t
+	s.mu.RUnlock()
+	if t == nil {
+		return nil, ErrClosed
+	}
+	c := &snapCtx{snap: s.db.NewSnapshot(), applied: s.applied, seq: t.seq}
+	s.snapMu.Lock()
+	s.snaps[c] = struct{}{}
+	s.snapMu.Unlock()
+	return c, nil
+}
+
+func (s *onDisk) release(c *snapCtx) {
+	c.mu.Lock()
+	if c.snap != nil {
+		_ = c.snap.Close()
+		c.snap = nil
+	}
+	c.mu.Unlock()
+	s.snapMu.Lock()
+	delete(s.snaps, c)
+	s.snapMu.Unlock()
+}
+
+// SaveSnapshot implements sm.IOnDiskStateMachine: it streams the state
+// PrepareSnapshot captured in the format the package doc describes. The
+// output depends only on that state, as dragonboat requires.
+func (s *onDisk) SaveSnapshot(ctx interface{}, w io.Writer, stopc <-chan struct{}) error {
+	c, ok := ctx.(*snapCtx)
+	if !ok {
+		return fmt.Errorf("statemachine: SaveSnapshot takes its PrepareSnapshot's context, not %T", ctx)
+	}
+	defer s.release(c)
+	c.mu.Lock()
+	if c.snap == nil {
+		c.mu.Unlock()
+		return sm.ErrSnapshotStopped
+	}
+	it := c.snap.NewIter(&pebble.IterOptions{LowerBound: s.tableLo[:], UpperBound: s.tableHi[:]})
+	c.mu.Unlock()
+	err := s.writeSnapshot(it, c.applied, c.seq, w, stopc)
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("statemachine: shard %d: scan snapshot: %w", s.shard, cerr)
+	}
+	return err
+}
+
+func (s *onDisk) writeSnapshot(it *pebble.Iterator, applied, seq uint64, w io.Writer, stopc <-chan struct{}) error {
+	bw := bufio.NewWriterSize(w, snapBufSize)
+	var crc uint32
+	// Write errors are returned as they are: dragonboat's writer reports a
+	// broken stream as sm.ErrSnapshotStreaming and expects it back.
+	write := func(p []byte) error {
+		crc = crc32.Update(crc, crcTable, p)
+		_, err := bw.Write(p)
+		return err
+	}
+	buf := make([]byte, 0, 2*binary.MaxVarintLen64+MaxKeyLen+binary.MaxVarintLen64)
+	buf = append(buf, snapMagic...)
+	buf = append(buf, snapVersion)
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(s.shard))
+	buf = binary.LittleEndian.AppendUint64(buf, applied)
+	buf = binary.LittleEndian.AppendUint64(buf, seq)
+	if err := write(buf); err != nil {
+		return err
+	}
+	var n uint64
+	for ok := it.First(); ok; ok = it.Next() {
+		if n%stopEvery == 0 && stopped(stopc) {
+			return sm.ErrSnapshotStopped
+		}
+		k, v := it.Key()[prefixLen:], it.Value()
+		if len(k) == 0 || len(k) > MaxKeyLen || len(v) != rowLen {
+			return fmt.Errorf("statemachine: shard %d: corrupt row %q", s.shard, k)
+		}
+		buf = binary.AppendUvarint(buf[:0], uint64(len(k)))
+		buf = append(buf, k...)
+		buf = binary.AppendUvarint(buf, binary.LittleEndian.Uint64(v))
+		buf = binary.AppendUvarint(buf, uint64(binary.LittleEndian.Uint32(v[8:])))
+		if err := write(buf); err != nil {
+			return err
+		}
+		n++
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("statemachine: shard %d: scan snapshot: %w", s.shard, err)
+	}
+	buf = append(buf[:0], 0)
+	buf = binary.LittleEndian.AppendUint64(buf, n)
+	if err := write(buf); err != nil {
+		return err
+	}
+	buf = binary.LittleEndian.AppendUint32(buf[:0], crc)
+	if _, err := bw.Write(buf); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// RecoverFromSnapshot implements sm.IOnDiskStateMachine. It reads and checks
+// the whole stream into a new in-memory table first, so that a bad stream
+// changes nothing; then it replaces the shard's rows in pebble. The meta is
+// deleted in the first batch and written in the last (with fsync): if the
+// process dies in between, Open finds rows without meta and drops them.
+func (s *onDisk) RecoverFromSnapshot(r io.Reader, stopc <-chan struct{}) error {
+	applied, t, err := s.readSnapshot(r, stopc)
+	if err != nil {
+		return err
+	}
+	if err := s.writeTable(applied, t, stopc); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.t = t
+	s.mu.Unlock()
+	s.applied = applied
+	s.reset()
+	return nil
+}
+
+func (s *onDisk) badSnapshot(format string, args ...any) error {
+	return fmt.Errorf("%w: shard %d: "+format, append([]any{ErrBadSnapshot, s.shard}, args...)...)
+}
+
+// readErr turns the end of the stream where more was expected into a
+// truncation error and passes anything else through.
+func (s *onDisk) readErr(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return s.badSnapshot("stream truncated")
+	}
+	return fmt.Errorf("statemachine: shard %d: read snapshot: %w", s.shard, err)
+}
+
+func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *table, error) {
+	br := bufio.NewReaderSize(r, snapBufSize)
+	var hdr [snapHeaderLen]byte
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return 0, nil, s.readErr(err)
+	}
+	crc := crc32.Update(0, crcTable, hdr[:])
+	if string(hdr[:4]) != snapMagic {
+		return 0, nil, s.badSnapshot("not a baton snapshot")
+	}
+	if hdr[4] != snapVersion {
+		return 0, nil, s.badSnapshot("unknown version %d", hdr[4])
+	}
+	if shard := binary.LittleEndian.Uint32(hdr[5:]); uint64(shard) != s.shard {
+		return 0, nil, s.badSnapshot("snapshot is of shard %d", shard)
+	}
+	applied := binary.LittleEndian.Uint64(hdr[9:])
+	t := newTable(s.shard, binary.LittleEndian.Uint64(hdr[17:]), 0)
+
+	rec := make([]byte, 0, 3*binary.MaxVarintLen64+MaxKeyLen)
+	var prev []byte
+	var n, kl, tok, lease uint64
+	var err error
+	for ; ; n++ {
+		if n%stopEvery == 0 && stopped(stopc) {
+			return 0, nil, sm.ErrSnapshotStopped
+		}
+		kl, rec, err = s.readUvarint(br, rec[:0])
+		if err != nil {
+			return 0, nil, err
+		}
+		if kl == 0 {
+			crc = crc32.Update(crc, crcTable, rec)
+			break // the trailer's marker
+		}
+		if kl > MaxKeyLen {
+			return 0, nil, s.badSnapshot("record %d: key length %d", n, kl)
+		}
+		start := len(rec)
+		rec = rec[:start+int(kl)]
+		if _, err := io.ReadFull(br, rec[start:]); err != nil {
+			return 0, nil, s.readErr(err)
+		}
+		if tok, rec, err = s.readUvarint(br, rec); err != nil {
+			return 0, nil, err
+		}
+		lease, rec, err = s.readUvarint(br, rec)
+		if err != nil {
+			return 0, nil, err
+		}
+		crc = crc32.Update(crc, crcTable, rec)
+		key := rec[start : start+int(kl)]
+		if lease > math.MaxUint32 || !t.validToken(tok) {
+			return 0, nil, s.badSnapshot("record %d: bad token or lease", n)
+		}
+		// Strictly increasing keys: what a pebble scan writes, and it rules
+		// out duplicates.
+		if n > 0 && bytes.Compare(key, prev) <= 0 {
+			return 0, nil, s.badSnapshot("record %d: keys out of order", n)
+		}
+		prev = append(prev[:0], key...)
+		t.insert(key, row{token: tok, leaseMs: uint32(lease)})
+	}
+	var tail [8 + 4]byte
+	if _, err := io.ReadFull(br, tail[:]); err != nil {
+		return 0, nil, s.readErr(err)
+	}
+	crc = crc32.Update(crc, crcTable, tail[:8])
+	if got := binary.LittleEndian.Uint32(tail[8:]); got != crc {
+		return 0, nil, s.badSnapshot("checksum mismatch")
+	}
+	if count := binary.LittleEndian.Uint64(tail[:8]); count != n {
+		return 0, nil, s.badSnapshot("trailer counts %d records, stream had %d", count, n)
+	}
+	return applied, t, nil
+}
+
+// readUvarint reads one minimal uvarint, appending its bytes to rec for the
+// checksum.
+func (s *onDisk) readUvarint(br *bufio.Reader, rec []byte) (uint64, []byte, error) {
+	start := len(rec)
+	for range binary.MaxVarintLen64 {
+		c, err := br.ReadByte()
+		if err != nil {
+			return 0, rec, s.readErr(err)
+		}
+		rec = append(rec, c)
+		if c < 0x80 {
+			v, m := uvarint(rec[start:])
+			if m != len(rec)-start {
+				return 0, rec, s.badSnapshot("bad varint")
+			}
+			return v, rec, nil
+		}
+	}
+	return 0, rec, s.badSnapshot("bad varint")
+}
+
+// writeTable replaces the shard's rows and meta in pebble by t's, in batches
+// of bounded size.
+func (s *onDisk) writeTable(applied uint64, t *table, stopc <-chan struct{}) error {
+	b := s.db.NewBatch()
+	defer func() { _ = b.Close() }()
+	_ = b.Delete(s.metaKey[:], nil)
+	_ = b.DeleteRange(s.tableLo[:], s.tableHi[:], nil)
+	n := 0
+	for k, i := range t.slot {
+		if n%stopEvery == 0 && stopped(stopc) {
+			return sm.ErrSnapshotStopped
+		}
+		n++
+		r := t.rows[i]
+		op := b.SetDeferred(prefixLen+len(k), rowLen)
+		copy(op.Key, s.tableLo[:])
+		copy(op.Key[prefixLen:], k)
+		binary.LittleEndian.PutUint64(op.Value, r.token)
+		binary.LittleEndian.PutUint32(op.Value[8:], r.leaseMs)
+		_ = op.Finish()
+		if b.Len() >= recoverBatchSz {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				return fmt.Errorf("statemachine: shard %d: write snapshot rows: %w", s.shard, err)
+			}
+			_ = b.Close()
+			b = s.db.NewBatch()
+		}
+	}
+	meta := encodeMeta(applied, t.seq)
+	_ = b.Set(s.metaKey[:], meta[:], nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("statemachine: shard %d: write snapshot meta: %w", s.shard, err)
+	}
+	return nil
+}

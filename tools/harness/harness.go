@@ -1,0 +1,144 @@
+// Package harness starts real batond processes on 127.0.0.1 and talks to
+// them over the line protocol, for baton's end-to-end tests.
+//
+// It is imported only by tests. Every process it starts is killed when the
+// test that started it ends (t.Cleanup), whatever the outcome, and the
+// process's output is written to a log file that is dumped into the test's
+// log when the test fails. Every wait is bounded in time, and nothing but
+// 127.0.0.1 is ever dialed or bound.
+//
+// A test binary usually builds batond once, from TestMain:
+//
+//	bin, err := harness.Build(dir)
+//
+// and then starts nodes with StartNode or StartCluster and talks to them
+// with Dial.
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BuildTimeout bounds Build. A cold build of batond compiles dragonboat and
+// pebble, which takes minutes on a small machine.
+const BuildTimeout = 8 * time.Minute
+
+// Build compiles github.com/baton-dev/baton/cmd/batond into dir/batond and
+// returns the binary's path.
+//
+// When the calling test binary was itself built with -race, batond is too:
+// the server's data races then show up in the tests (see Node), and the
+// build reuses the race-instrumented packages the test build left in the
+// cache instead of compiling dragonboat and pebble a second time.
+func Build(dir string) (bin string, err error) {
+	goBin, err := goTool()
+	if err != nil {
+		return "", err
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin = filepath.Join(dir, "batond")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/baton-dev/baton/cmd/batond")
+
+	ctx, cancel := context.WithTimeout(context.Background(), BuildTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return bin, nil
+}
+
+// goTool finds the go command. go test puts GOROOT/bin first on the PATH of
+// the test binary, so the lookup normally finds the go that runs the tests.
+func goTool() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("go command not found on PATH nor at %s", p)
+	}
+	return p, nil
+}
+
+// ModuleRoot returns the directory of the go.mod that governs the current
+// working directory (a test's package directory, under go test).
+func ModuleRoot() (string, error) {
+	goBin, err := goTool()
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, goBin, "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %v", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside a Go module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago.
+//
+// The port is found by listening on port 0 and closing the listener, so
+// another process can take it before batond binds it. The window is tiny and
+// the kernel hands out ephemeral ports round-robin, so a clash is rare;
+// StartNode and StartCluster retry once on new ports when a node reports
+// "address in use".
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	return FreeAddrs(t, 1)[0]
+}
+
+// FreeAddrs returns n distinct free 127.0.0.1 addresses (see FreeAddr).
+func FreeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	addrs, err := freeAddrs(n)
+	if err != nil {
+		t.Fatalf("harness: free ports: %v", err)
+	}
+	return addrs
+}
+
+// freeAddrs keeps all n listeners open until it has them all, so the n
+// ports are distinct.
+func freeAddrs(n int) ([]string, error) {
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	addrs := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
+}
