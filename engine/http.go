@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/VictoriaMetrics/metrics"
 )
@@ -114,9 +115,13 @@ func (n *Node) status() Status {
 }
 
 // HTTPHandler serves /metrics (Prometheus text), /healthz (200 when every
-// shard has a leader, else 503) and /status (JSON).
+// shard has a leader, else 503), /status (JSON) and Go's profiler under
+// /debug/pprof/.
 func (n *Node) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		n.metrics.set.WritePrometheus(w)

@@ -30,6 +30,8 @@ type waiter struct {
 	state     waiterState
 	inQueue   bool
 	deferred  deferredAnswer
+	waitUntil int64 // monotonic end of a finite wait
+	waitIdx   int32 // position in the shard's wait heap, or notInHeap
 
 	prev, next   *waiter // the key's queue
 	cprev, cnext *waiter // the connection's list
@@ -54,6 +56,7 @@ type keyState struct {
 	inflight int32  // commands proposed for this key and not applied yet
 	granting *waiter
 	deferred int32 // waitDeferred waiters in the queue
+	leaseIdx int32 // position in the shard's lease heap, or notInHeap
 	head     *waiter
 	tail     *waiter
 }

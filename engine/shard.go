@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"container/heap"
 	"errors"
 	"sync"
 	"time"
@@ -48,7 +49,8 @@ type shard struct {
 
 	mu       sync.Mutex
 	keys     map[string]*keyState
-	timers   timerHeap
+	leases   leaseHeap
+	waits    waitHeap
 	pending  sm.Batch
 	origins  []origin
 	inflight []*proposal
@@ -138,14 +140,16 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		s.forgetIfIdle(ks)
 		return
 	}
-	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued}
+	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued, waitIdx: notInHeap}
 	if !cs.addWaiter(w) {
 		s.forgetIfIdle(ks)
 		return
 	}
 	ks.enqueue(w)
 	if r.WaitMs > 0 {
-		s.pushTimer(timer{when: now + r.WaitMs*int64(time.Millisecond), kind: timerWait, w: w})
+		w.waitUntil = now + r.WaitMs*int64(time.Millisecond)
+		heap.Push(&s.waits, w)
+		s.timerMayBeEarlier(w.waitUntil)
 	}
 	s.grantHead(ks)
 }
@@ -153,7 +157,7 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 // deferAnswer queues a decided answer (TIMEOUT when err is nil) behind the
 // connection's earlier acquire of the same key.
 func (s *shard) deferAnswer(cs *connState, ks *keyState, err error) {
-	w := &waiter{cs: cs, ks: ks, state: waitDeferred, deferred: deferredAnswer{err: err}}
+	w := &waiter{cs: cs, ks: ks, state: waitDeferred, deferred: deferredAnswer{err: err}, waitIdx: notInHeap}
 	if !cs.addWaiter(w) {
 		return
 	}
@@ -214,7 +218,7 @@ func sendError(cs *connState, op byte, key []byte, code, text string) {
 // ---- building batches ----
 
 func (s *shard) addKey(key string) *keyState {
-	ks := &keyState{key: key}
+	ks := &keyState{key: key, leaseIdx: notInHeap}
 	s.keys[key] = ks
 	return ks
 }
@@ -346,6 +350,7 @@ func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, n
 	case sm.Released, sm.Expired:
 		if ks != nil {
 			ks.token, ks.deadline, ks.expiring = 0, 0, false
+			s.leases.clear(ks)
 		}
 	case sm.Extended:
 		if ks != nil {
@@ -369,7 +374,7 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool) {
 	switch o.kind {
 	case originInternal:
 		if c.Op == sm.OpExpire && res.Code != sm.Expired {
-			ks.expiring = false
+			s.expireFailed(ks)
 		}
 	case originClient:
 		if failed {
@@ -428,6 +433,7 @@ func (s *shard) finish(w *waiter) {
 	ks.unlink(w)
 	w.state = waitDone
 	w.cs.removeWaiter(w)
+	s.waits.clear(w)
 }
 
 func (s *shard) sendDeferred(z *waiter) {
@@ -440,9 +446,21 @@ func (s *shard) sendDeferred(z *waiter) {
 	send(z.cs, codec.OpAcquire, key, codec.StatusTimeout)
 }
 
+// setDeadline starts the holder's lease afresh from now.
 func (s *shard) setDeadline(ks *keyState, now int64) {
 	ks.deadline = now + msToNanos(ks.leaseMs)
-	s.pushTimer(timer{when: ks.deadline, kind: timerLease, token: ks.token, ks: ks})
+	s.leases.set(ks)
+	s.timerMayBeEarlier(ks.deadline)
+}
+
+// expireFailed re-arms a held key's lease after an Expire of ours did not
+// apply, so that the lease is looked at again.
+func (s *shard) expireFailed(ks *keyState) {
+	ks.expiring = false
+	if ks.token != 0 {
+		s.leases.set(ks)
+		s.timerMayBeEarlier(ks.deadline)
+	}
 }
 
 // ---- proposals that did not apply ----
@@ -455,11 +473,7 @@ func (s *shard) resolveDropped(p *proposal) {
 		ks.inflight--
 		switch o.kind {
 		case originInternal:
-			ks.expiring = false
-			if ks.token != 0 {
-				// Look at the lease again: the Expire may be needed still.
-				s.pushTimer(timer{when: monoNow(), kind: timerLease, token: ks.token, ks: ks})
-			}
+			s.expireFailed(ks)
 		case originClient:
 			if !p.failed {
 				sendError(o.cs, o.op, bytesOf(ks.key), codec.CodeUnavailable, "not committed, retry")
@@ -498,6 +512,7 @@ func (s *shard) failProposal(p *proposal, code, text string) {
 			sendError(o.w.cs, codec.OpAcquire, bytesOf(o.ks.key), code, text)
 			o.ks.unlink(o.w)
 			o.w.cs.removeWaiter(o.w)
+			s.waits.clear(o.w)
 		}
 	}
 	// A later proposal of ours applying settles whether this one did.
@@ -520,45 +535,38 @@ func (s *shard) removeInflight(p *proposal) bool {
 
 // ---- timers ----
 
-func (s *shard) pushTimer(t timer) {
-	first, ok := s.timers.peek()
-	s.timers.push(t)
-	if !ok || t.when < first {
-		select {
-		case s.timerKick <- struct{}{}:
-		default:
-		}
+// timerMayBeEarlier wakes the timer goroutine if when may come before the
+// deadline it sleeps towards.
+func (s *shard) timerMayBeEarlier(when int64) {
+	if next, _ := nextDeadline(s.leases, s.waits); when > next {
+		return
+	}
+	select {
+	case s.timerKick <- struct{}{}:
+	default:
 	}
 }
 
-// fireTimers acts on every timer due by now and returns the next deadline.
+// fireTimers acts on every deadline due by now and returns the next one.
 func (s *shard) fireTimers(now int64) (next int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for {
-		when, ok := s.timers.peek()
-		if !ok || when > now {
-			break
-		}
-		t := s.timers.pop()
-		switch t.kind {
-		case timerLease:
-			s.leaseDue(t, now)
-		case timerWait:
-			s.waitDue(t.w)
-		}
+	for ks := s.leases.popDue(now); ks != nil; ks = s.leases.popDue(now) {
+		s.leaseDue(ks, now)
+	}
+	for w := s.waits.popDue(now); w != nil; w = s.waits.popDue(now) {
+		s.waitDue(w)
 	}
 	s.kickIfPending()
-	return s.timers.peek()
+	return nextDeadline(s.leases, s.waits)
 }
 
 // leaseDue proposes Expire for a lease that ran out, with the next waiter's
 // Grant in the same batch. Only the serving leader acts; a follower keeps
 // its deadlines for when it takes over.
-func (s *shard) leaseDue(t timer, now int64) {
-	ks := t.ks
-	if !s.serving || ks.token != t.token || ks.deadline > now || ks.expiring {
-		return
+func (s *shard) leaseDue(ks *keyState, now int64) {
+	if !s.serving || ks.token == 0 || ks.expiring {
+		return // startServing re-arms every lease; an Expire settles the rest
 	}
 	ks.expiring = true
 	s.propose(sm.Command{Op: sm.OpExpire, Key: bytesOf(ks.key), Token: ks.token}, origin{kind: originInternal, ks: ks})
@@ -599,6 +607,7 @@ func (s *shard) abandon(w *waiter) {
 		w.abandoned = true
 		ks.unlink(w)
 	}
+	s.waits.clear(w)
 	s.forgetIfIdle(ks)
 }
 
@@ -696,7 +705,7 @@ func (s *shard) reset(each func(func(sm.Lock))) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.keys = make(map[string]*keyState)
-	s.timers = nil
+	s.leases = nil
 	each(func(l sm.Lock) {
 		ks := s.addKey(string(l.Key))
 		ks.token, ks.leaseMs = l.Token, l.LeaseMs

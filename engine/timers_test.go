@@ -1,31 +1,75 @@
 package engine
 
 import (
+	"container/heap"
 	"math/rand"
 	"sort"
 	"testing"
 )
 
-func TestTimerHeapPopsInOrder(t *testing.T) {
+func TestLeaseHeapOrdersSetsAndClears(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	var h timerHeap
+	var h leaseHeap
+	keys := make([]*keyState, 500)
+	for i := range keys {
+		keys[i] = &keyState{leaseIdx: notInHeap, deadline: rng.Int63n(300)} // equal deadlines on purpose
+		h.set(keys[i])
+	}
+	// Extend some leases (set again moves them), free others (clear).
+	live := map[*keyState]bool{}
+	for i, ks := range keys {
+		switch i % 3 {
+		case 0:
+			ks.deadline += rng.Int63n(300)
+			h.set(ks)
+			live[ks] = true
+		case 1:
+			h.clear(ks)
+			h.clear(ks) // twice is harmless
+			if ks.leaseIdx != notInHeap {
+				t.Fatal("cleared key still has a heap position")
+			}
+		default:
+			live[ks] = true
+		}
+	}
 	var want []int64
-	for i := 0; i < 1000; i++ {
-		when := rng.Int63n(500) // many equal deadlines on purpose
-		want = append(want, when)
-		h.push(timer{when: when})
+	for ks := range live {
+		want = append(want, ks.deadline)
 	}
 	sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
+	if h.Len() != len(want) {
+		t.Fatalf("heap holds %d keys, want %d", h.Len(), len(want))
+	}
+	if ks := h.popDue(want[0] - 1); ks != nil {
+		t.Fatal("popDue returned a key before its deadline")
+	}
 	for i, w := range want {
-		first, ok := h.peek()
-		if !ok || first != w {
-			t.Fatalf("peek %d = %d, %v; want %d", i, first, ok, w)
+		ks := h.popDue(1 << 62)
+		if ks == nil || ks.deadline != w {
+			t.Fatalf("pop %d: got %v, want deadline %d", i, ks, w)
 		}
-		if got := h.pop().when; got != w {
-			t.Fatalf("pop %d = %d, want %d", i, got, w)
+		if !live[ks] || ks.leaseIdx != notInHeap {
+			t.Fatalf("pop %d: a cleared key, or one still marked in the heap", i)
 		}
 	}
-	if _, ok := h.peek(); ok {
-		t.Fatal("heap not empty after popping everything")
+}
+
+func TestWaitHeapClear(t *testing.T) {
+	var h waitHeap
+	ws := []*waiter{{waitUntil: 30}, {waitUntil: 10}, {waitUntil: 20}}
+	for _, w := range ws {
+		w.waitIdx = notInHeap
+		heap.Push(&h, w)
+	}
+	h.clear(ws[1]) // the earliest
+	if got := h.popDue(100); got != ws[2] {
+		t.Fatalf("first due = %+v, want the 20 ms waiter", got)
+	}
+	if got := h.popDue(25); got != nil {
+		t.Fatalf("popDue(25) = %+v, want nothing", got)
+	}
+	if next, ok := nextDeadline(nil, h); !ok || next != 30 {
+		t.Fatalf("next deadline = %d, %v; want 30", next, ok)
 	}
 }
