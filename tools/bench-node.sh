@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Single-node figures for BENCHMARKS.md: pipelined acquire+release cycles on
+# distinct keys (fsync on), for --shards 1 and 4 in the same run, RUNS fresh
+# nodes each; then memory per held lock and per idle connection, each on a
+# fresh node. Prints every run and the medians.
+#
+#   tools/bench-node.sh            # RUNS=3 DURATION=10s CONNS=16 DEPTH=16
+#
+# Every node listens on 127.0.0.1 only and is stopped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-16}
+DEPTH=${DEPTH:-16}
+HOLD=${HOLD:-1000000}
+IDLE=${IDLE:-10000}
+CLIENT=127.0.0.1:17900
+RAFT=127.0.0.1:17901
+
+command -v jq >/dev/null || { echo "tools/bench-node.sh needs jq (apt-get install jq)"; exit 1; }
+make -s build
+work=$(mktemp -d)
+pid=""
+stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=""; }
+trap 'stop; rm -rf "$work"' EXIT
+
+# start SHARDS: a fresh node in a new data dir, ready when it answers.
+start() {
+	rm -rf "$work/data"
+	bin/batond --peers "$RAFT/$CLIENT" --data "$work/data" --shards "$1" >"$work/node.log" 2>&1 &
+	pid=$!
+	for _ in $(seq 100); do
+		if bin/baton bench --addr "$CLIENT" --conns 1 --depth 1 --ops 1 --warmup 0 --duration 1s --quiet >/dev/null 2>&1; then
+			return
+		fi
+		sleep 0.1
+	done
+	echo "node did not start:"; cat "$work/node.log"; exit 1
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "go: $(go version)"
+for shards in 1 4; do
+	: >"$work/rate" ; : >"$work/p50" ; : >"$work/p99"
+	for run in $(seq "$RUNS"); do
+		start "$shards"
+		bin/baton bench --addr "$CLIENT" --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" \
+			--quiet --json "$work/r.json" >/dev/null
+		stop
+		rate=$(jq -r '.cycles_per_sec | floor' "$work/r.json")
+		p50=$(jq -r '.acquire_us.p50' "$work/r.json")
+		p99=$(jq -r '.acquire_us.p99' "$work/r.json")
+		echo "shards=$shards run=$run cycles/s=$rate acquire_p50_us=$p50 acquire_p99_us=$p99"
+		echo "$rate" >>"$work/rate"; echo "$p50" >>"$work/p50"; echo "$p99" >>"$work/p99"
+	done
+	echo "shards=$shards MEDIAN cycles/s=$(median <"$work/rate") acquire_p50_us=$(median <"$work/p50") acquire_p99_us=$(median <"$work/p99")"
+done
+
+start 4
+bin/baton bench --addr "$CLIENT" --workload hold --hold "$HOLD" --pid "$pid" --duration 1s --quiet \
+	--json "$work/h.json" >/dev/null
+echo "hold=$HOLD bytes_per_lock=$(jq -r '.bytes_per_lock | floor' "$work/h.json")"
+stop
+start 4
+bin/baton bench --addr "$CLIENT" --workload hold --hold 0 --idle-conns "$IDLE" --pid "$pid" --duration 1s --quiet \
+	--json "$work/i.json" >/dev/null
+echo "idle_conns=$IDLE bytes_per_idle_conn=$(jq -r '.bytes_per_idle_conn | floor' "$work/i.json")"
+stop
