@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"container/heap"
 	"errors"
 	"sync"
 	"time"
@@ -49,8 +48,8 @@ type shard struct {
 
 	mu       sync.Mutex
 	keys     map[string]*keyState
-	leases   leaseHeap
-	waits    waitHeap
+	leases   deadlineHeap[*keyState]
+	waits    deadlineHeap[*waiter]
 	pending  sm.Batch
 	origins  []origin
 	inflight []*proposal
@@ -148,7 +147,7 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 	ks.enqueue(w)
 	if r.WaitMs > 0 {
 		w.waitUntil = now + r.WaitMs*int64(time.Millisecond)
-		heap.Push(&s.waits, w)
+		s.waits.set(w)
 		s.timerMayBeEarlier(w.waitUntil)
 	}
 	s.grantHead(ks)
@@ -551,10 +550,10 @@ func (s *shard) timerMayBeEarlier(when int64) {
 func (s *shard) fireTimers(now int64) (next int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for ks := s.leases.popDue(now); ks != nil; ks = s.leases.popDue(now) {
+	for ks, ok := s.leases.popDue(now); ok; ks, ok = s.leases.popDue(now) {
 		s.leaseDue(ks, now)
 	}
-	for w := s.waits.popDue(now); w != nil; w = s.waits.popDue(now) {
+	for w, ok := s.waits.popDue(now); ok; w, ok = s.waits.popDue(now) {
 		s.waitDue(w)
 	}
 	s.kickIfPending()

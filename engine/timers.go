@@ -11,104 +11,88 @@ import "container/heap"
 // notInHeap marks an item that is in no heap.
 const notInHeap = -1
 
-// leaseHeap orders held keys by the deadline of their lease.
-type leaseHeap []*keyState
+// timed is an item of a deadlineHeap: it knows its deadline and keeps its
+// own position in the heap.
+type timed interface {
+	comparable
+	due() int64
+	heapIndex() *int32
+}
 
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
-func (h leaseHeap) Swap(i, j int) {
+func (ks *keyState) due() int64        { return ks.deadline }
+func (ks *keyState) heapIndex() *int32 { return &ks.leaseIdx }
+func (w *waiter) due() int64           { return w.waitUntil }
+func (w *waiter) heapIndex() *int32    { return &w.waitIdx }
+
+// deadlineHeap is a min-heap on due(), with removal of any item.
+type deadlineHeap[T timed] []T
+
+// Len, Less, Swap, Push and Pop implement heap.Interface.
+func (h deadlineHeap[T]) Len() int           { return len(h) }
+func (h deadlineHeap[T]) Less(i, j int) bool { return h[i].due() < h[j].due() }
+func (h deadlineHeap[T]) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].leaseIdx, h[j].leaseIdx = int32(i), int32(j)
+	*h[i].heapIndex(), *h[j].heapIndex() = int32(i), int32(j)
 }
 
-func (h *leaseHeap) Push(x any) {
-	ks := x.(*keyState)
-	ks.leaseIdx = int32(len(*h))
-	*h = append(*h, ks)
+func (h *deadlineHeap[T]) Push(x any) {
+	item := x.(T)
+	*item.heapIndex() = int32(len(*h))
+	*h = append(*h, item)
 }
 
-func (h *leaseHeap) Pop() any {
+func (h *deadlineHeap[T]) Pop() any {
 	old := *h
-	ks := old[len(old)-1]
-	old[len(old)-1] = nil
+	item := old[len(old)-1]
+	var zero T
+	old[len(old)-1] = zero // drop the reference so the GC can reclaim it
 	*h = old[:len(old)-1]
-	ks.leaseIdx = notInHeap
-	return ks
+	*item.heapIndex() = notInHeap
+	return item
 }
 
-// set (re)arms the lease timer of ks at ks.deadline.
-func (h *leaseHeap) set(ks *keyState) {
-	if ks.leaseIdx == notInHeap {
-		heap.Push(h, ks)
+// set arms item's timer at item.due(), or moves it there if armed.
+func (h *deadlineHeap[T]) set(item T) {
+	if i := *item.heapIndex(); i != notInHeap {
+		heap.Fix(h, int(i))
 		return
 	}
-	heap.Fix(h, int(ks.leaseIdx))
+	heap.Push(h, item)
 }
 
-// clear disarms the lease timer of ks, if armed.
-func (h *leaseHeap) clear(ks *keyState) {
-	if ks.leaseIdx != notInHeap {
-		heap.Remove(h, int(ks.leaseIdx))
+// clear disarms item's timer, if armed.
+func (h *deadlineHeap[T]) clear(item T) {
+	if i := *item.heapIndex(); i != notInHeap {
+		heap.Remove(h, int(i))
 	}
 }
 
-// popDue removes and returns the key whose lease ran out first, if by now.
-func (h *leaseHeap) popDue(now int64) *keyState {
-	if len(*h) == 0 || (*h)[0].deadline > now {
-		return nil
+// popDue removes and returns the earliest item if it is due by now.
+func (h *deadlineHeap[T]) popDue(now int64) (T, bool) {
+	if len(*h) == 0 || (*h)[0].due() > now {
+		var zero T
+		return zero, false
 	}
-	return heap.Pop(h).(*keyState)
+	return heap.Pop(h).(T), true
 }
 
-// waitHeap orders waiters by the end of their wait.
-type waitHeap []*waiter
-
-func (h waitHeap) Len() int           { return len(h) }
-func (h waitHeap) Less(i, j int) bool { return h[i].waitUntil < h[j].waitUntil }
-func (h waitHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].waitIdx, h[j].waitIdx = int32(i), int32(j)
-}
-
-func (h *waitHeap) Push(x any) {
-	w := x.(*waiter)
-	w.waitIdx = int32(len(*h))
-	*h = append(*h, w)
-}
-
-func (h *waitHeap) Pop() any {
-	old := *h
-	w := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	w.waitIdx = notInHeap
-	return w
-}
-
-// clear disarms the wait timer of w, if armed.
-func (h *waitHeap) clear(w *waiter) {
-	if w.waitIdx != notInHeap {
-		heap.Remove(h, int(w.waitIdx))
-	}
-}
-
-// popDue removes and returns the waiter whose wait ran out first, if by now.
-func (h *waitHeap) popDue(now int64) *waiter {
-	if len(*h) == 0 || (*h)[0].waitUntil > now {
-		return nil
-	}
-	return heap.Pop(h).(*waiter)
-}
-
-// next returns the earliest deadline of either heap.
-func nextDeadline(l leaseHeap, w waitHeap) (int64, bool) {
-	switch {
-	case len(l) == 0 && len(w) == 0:
+// next returns the earliest deadline, if any.
+func (h deadlineHeap[T]) next() (int64, bool) {
+	if len(h) == 0 {
 		return 0, false
-	case len(l) == 0:
-		return w[0].waitUntil, true
-	case len(w) == 0:
-		return l[0].deadline, true
 	}
-	return min(l[0].deadline, w[0].waitUntil), true
+	return h[0].due(), true
+}
+
+// nextDeadline returns the earliest deadline of either heap.
+func nextDeadline(l deadlineHeap[*keyState], w deadlineHeap[*waiter]) (int64, bool) {
+	a, okA := l.next()
+	b, okB := w.next()
+	switch {
+	case okA && okB:
+		return min(a, b), true
+	case okA:
+		return a, true
+	}
+	return b, okB
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"container/heap"
 	"math/rand"
 	"sort"
 	"testing"
@@ -9,7 +8,7 @@ import (
 
 func TestLeaseHeapOrdersSetsAndClears(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	var h leaseHeap
+	var h deadlineHeap[*keyState]
 	keys := make([]*keyState, 500)
 	for i := range keys {
 		keys[i] = &keyState{leaseIdx: notInHeap, deadline: rng.Int63n(300)} // equal deadlines on purpose
@@ -41,12 +40,12 @@ func TestLeaseHeapOrdersSetsAndClears(t *testing.T) {
 	if h.Len() != len(want) {
 		t.Fatalf("heap holds %d keys, want %d", h.Len(), len(want))
 	}
-	if ks := h.popDue(want[0] - 1); ks != nil {
+	if _, ok := h.popDue(want[0] - 1); ok {
 		t.Fatal("popDue returned a key before its deadline")
 	}
 	for i, w := range want {
-		ks := h.popDue(1 << 62)
-		if ks == nil || ks.deadline != w {
+		ks, ok := h.popDue(1 << 62)
+		if !ok || ks.deadline != w {
 			t.Fatalf("pop %d: got %v, want deadline %d", i, ks, w)
 		}
 		if !live[ks] || ks.leaseIdx != notInHeap {
@@ -56,17 +55,17 @@ func TestLeaseHeapOrdersSetsAndClears(t *testing.T) {
 }
 
 func TestWaitHeapClear(t *testing.T) {
-	var h waitHeap
+	var h deadlineHeap[*waiter]
 	ws := []*waiter{{waitUntil: 30}, {waitUntil: 10}, {waitUntil: 20}}
 	for _, w := range ws {
 		w.waitIdx = notInHeap
-		heap.Push(&h, w)
+		h.set(w)
 	}
 	h.clear(ws[1]) // the earliest
-	if got := h.popDue(100); got != ws[2] {
+	if got, _ := h.popDue(100); got != ws[2] {
 		t.Fatalf("first due = %+v, want the 20 ms waiter", got)
 	}
-	if got := h.popDue(25); got != nil {
+	if got, ok := h.popDue(25); ok {
 		t.Fatalf("popDue(25) = %+v, want nothing", got)
 	}
 	if next, ok := nextDeadline(nil, h); !ok || next != 30 {
