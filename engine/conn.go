@@ -24,6 +24,7 @@ type connState struct {
 	flushing bool                       // the loop will flush out soon: OnTraffic runs or a Wake is queued
 	closed   bool                       // OnClose ran: drop output, enqueue no waiters
 	waiters  *waiter                    // this connection's unanswered acquires (cprev/cnext list)
+	nwaiters int                        // length of waiters
 
 	// Used only on the connection's event loop.
 	touched []*shard // shards that got commands during this OnTraffic
@@ -94,38 +95,63 @@ func (cs *connState) flush() {
 	bytebufferpool.Put(buf)
 }
 
-// addWaiter links w into the connection's list, unless the connection has
-// closed, in which case the acquire must not be queued at all.
-func (cs *connState) addWaiter(w *waiter) bool {
+// Limits that keep one client from taking the server's memory.
+const (
+	// maxWaitersPerConn bounds the unanswered acquires of one connection;
+	// more are answered ERR overloaded.
+	maxWaitersPerConn = 100_000
+	// maxOutbound bounds the answers written to a connection but not yet
+	// taken by its client; a client that stops reading is disconnected.
+	maxOutbound = 64 << 20
+)
+
+// addResult says whether a waiter could be added to its connection.
+type addResult uint8
+
+const (
+	added      addResult = iota
+	connClosed           // the client is gone: do not queue the acquire
+	connFull             // maxWaitersPerConn reached
+)
+
+// addWaiter links w into the connection's list.
+func (cs *connState) addWaiter(w *waiter) addResult {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.closed {
-		return false
+	switch {
+	case cs.closed:
+		return connClosed
+	case cs.nwaiters >= maxWaitersPerConn:
+		return connFull
 	}
 	w.cnext = cs.waiters
 	if cs.waiters != nil {
 		cs.waiters.cprev = w
 	}
 	cs.waiters = w
-	return true
+	w.inConn = true
+	cs.nwaiters++
+	return added
 }
 
 // removeWaiter unlinks w once it has been answered.
 func (cs *connState) removeWaiter(w *waiter) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if cs.closed {
-		return // the list was handed to close and is no longer kept
+	if cs.closed || !w.inConn {
+		return // not listed, or the list was handed to close
 	}
 	if w.cprev != nil {
 		w.cprev.cnext = w.cnext
-	} else if cs.waiters == w {
+	} else {
 		cs.waiters = w.cnext
 	}
 	if w.cnext != nil {
 		w.cnext.cprev = w.cprev
 	}
 	w.cprev, w.cnext = nil, nil
+	w.inConn = false
+	cs.nwaiters--
 }
 
 // close marks the connection closed and returns its unanswered acquires.

@@ -29,6 +29,7 @@ type waiter struct {
 	abandoned bool
 	state     waiterState
 	inQueue   bool
+	inConn    bool // listed in cs's waiters
 	deferred  deferredAnswer
 	waitUntil int64 // monotonic end of a finite wait
 	waitIdx   int32 // position in the shard's wait heap, or notInHeap

@@ -98,6 +98,11 @@ func (sv *server) OnTraffic(c gnet.Conn) gnet.Action {
 	}
 	cs.touched = cs.touched[:0]
 	cs.flush()
+	if c.OutboundBuffered() > maxOutbound {
+		sv.node.log.Warn("closing a connection that does not read its answers",
+			"remote", c.RemoteAddr().String(), "unsent_bytes", c.OutboundBuffered())
+		return gnet.Close
+	}
 	return action
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -140,7 +141,12 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		return
 	}
 	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued, waitIdx: notInHeap}
-	if !cs.addWaiter(w) {
+	switch cs.addWaiter(w) {
+	case connClosed:
+		s.forgetIfIdle(ks)
+		return
+	case connFull:
+		sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, tooManyWaiters)
 		s.forgetIfIdle(ks)
 		return
 	}
@@ -157,7 +163,12 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 // connection's earlier acquire of the same key.
 func (s *shard) deferAnswer(cs *connState, ks *keyState, err error) {
 	w := &waiter{cs: cs, ks: ks, state: waitDeferred, deferred: deferredAnswer{err: err}, waitIdx: notInHeap}
-	if !cs.addWaiter(w) {
+	switch cs.addWaiter(w) {
+	case connClosed:
+		return
+	case connFull:
+		// Order gives way to the limit: answer now rather than keep more.
+		sendError(cs, codec.OpAcquire, bytesOf(ks.key), codec.CodeOverloaded, tooManyWaiters)
 		return
 	}
 	ks.enqueue(w)
@@ -205,6 +216,9 @@ func (s *shard) answerNotServing(cs *connState, op byte, key []byte) {
 	}
 	sendError(cs, op, key, codec.CodeUnavailable, "no leader for this key right now, retry")
 }
+
+// tooManyWaiters is the text of ERR overloaded for maxWaitersPerConn.
+var tooManyWaiters = "too many unanswered acquires on this connection (" + strconv.Itoa(maxWaitersPerConn) + ")"
 
 func send(cs *connState, op byte, key []byte, st codec.Status) {
 	cs.send(&codec.Response{Op: op, Key: key, Status: st})

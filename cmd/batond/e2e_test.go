@@ -216,6 +216,7 @@ func TestProtocol(t *testing.T) {
 		{"BadRequests", testBadRequests},
 		{"CRLF", testCRLF},
 		{"LineTooLong", testLineTooLong},
+		{"WaiterLimit", testWaiterLimit},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, n) })
 	}
@@ -739,6 +740,30 @@ func testAbandoned(t *testing.T, n *harness.Node, withLive bool) {
 		queryHeld(t, h, k, tok)
 		do(t, live, fmt.Sprintf("R %s %d", k, tok), "R "+k+" OK")
 	}
+}
+
+// testWaiterLimit queues one more acquire on one connection than the server
+// keeps (100,000): that one is answered ERR overloaded at once, the others
+// keep waiting, and closing the connection abandons them all.
+func testWaiterLimit(t *testing.T, n *harness.Node) {
+	const k, limit = "limit/k", 100_000
+	h := harness.Dial(t, n.ClientAddr)
+	t0 := acquire(t, h, k, 60000)
+	c := harness.Dial(t, n.ClientAddr)
+	var b strings.Builder
+	for range limit + 1 {
+		b.WriteString("A " + k + " 60000 0\n")
+	}
+	b.WriteString("Q " + k)
+	c.Send(b.String())
+	line, err := c.ReadLine(10 * time.Second)
+	if err != nil || !strings.HasPrefix(line, "A "+k+" ERR overloaded ") {
+		t.Fatalf("acquire %d answered %q (%v), want ERR overloaded", limit+1, line, err)
+	}
+	expectHeld(t, c, k, t0)
+	c.Close()
+	do(t, h, fmt.Sprintf("R %s %d", k, t0), "R "+k+" OK")
+	eventually(t, h, k, "Q "+k+" FREE", 5*time.Second)
 }
 
 func testBadRequests(t *testing.T, n *harness.Node) {
