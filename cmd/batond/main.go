@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -70,7 +71,16 @@ type options struct {
 	logLevel string
 }
 
+// defaultGCPercent is batond's GOGC unless the environment sets one. The
+// live heap of a lock server is mostly its lock table, and the default of
+// 100 lets RSS reach twice that; 50 took RSS per held lock from 485 to 413
+// bytes with no measurable loss of throughput (BENCHMARKS.md).
+const defaultGCPercent = 50
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
