@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble"
@@ -128,6 +129,7 @@ type Node struct {
 	server     *server
 	metrics    *nodeMetrics
 
+	draining atomic.Bool // stopping: hand leadership off, never pull it
 	stopOnce sync.Once
 	stopC    chan struct{}
 	loops    sync.WaitGroup // timer and proposer goroutines
@@ -219,6 +221,14 @@ func (n *Node) start() error {
 		go func() { defer n.loops.Done(); n.runProposer(s) }()
 		n.watchers.Add(1)
 		go func() { defer n.watchers.Done(); n.watchResults(s) }()
+		if n.clustered() {
+			n.loops.Add(1)
+			go func() { defer n.loops.Done(); n.runReads(s) }()
+		}
+	}
+	if n.clustered() {
+		n.loops.Add(1)
+		go func() { defer n.loops.Done(); n.runPriority() }()
 	}
 	n.server = newServer(n)
 	if err := n.server.start(me.ClientAddr); err != nil {
@@ -229,11 +239,14 @@ func (n *Node) start() error {
 	return nil
 }
 
-// Stop shuts the node down: waiters and new requests are answered ERR
-// unavailable, client connections are closed, then Raft and the table.
+// Stop shuts the node down gracefully: a leader first hands every shard to
+// the next live node in priority order (its waiters are answered MOVED),
+// what remains is answered ERR unavailable, client connections are closed,
+// then Raft and the table.
 func (n *Node) Stop(ctx context.Context) error {
 	var err error
 	n.stopOnce.Do(func() {
+		n.handOff(ctx)
 		for _, s := range n.shards {
 			s.mu.Lock()
 			s.stopping = true

@@ -22,11 +22,12 @@ const (
 
 // origin pairs a proposed command with whoever waits for its outcome.
 type origin struct {
-	kind originKind
-	op   byte // originClient: codec.OpRelease or codec.OpExtend
-	ks   *keyState
-	cs   *connState
-	w    *waiter
+	kind  originKind
+	op    byte // originClient: codec.OpRelease or codec.OpExtend
+	ks    *keyState
+	cs    *connState
+	w     *waiter
+	token uint64 // originInternal: the grant the Expire or Release is for
 }
 
 // proposal is one Raft entry this node proposed and has not seen applied.
@@ -61,6 +62,10 @@ type shard struct {
 	needBarrier bool   // a barrier must be proposed before serving
 	stopping    bool   // the node shuts down: answer unavailable
 
+	lastPull time.Time     // last time this node asked for the shard's leadership
+	reads    []pendingRead // queries waiting for a ReadIndex (clusters only)
+	readKick chan struct{} // wakes the reader
+
 	kick      chan struct{} // wakes the proposer
 	timerKick chan struct{} // wakes the timer goroutine: an earlier deadline
 	results   chan inflightResult
@@ -73,6 +78,7 @@ func newShard(n *Node, id uint64) *shard {
 		keys:      make(map[string]*keyState),
 		kick:      make(chan struct{}, 1),
 		timerKick: make(chan struct{}, 1),
+		readKick:  make(chan struct{}, 1),
 		results:   make(chan inflightResult, 4096),
 	}
 }
@@ -106,7 +112,16 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 	case codec.OpRelease, codec.OpExtend:
 		s.releaseOrExtend(cs, r)
 	case codec.OpQuery:
-		s.query(cs, r.Key, now)
+		if !s.node.clustered() {
+			// One member: its applied view holds everything acknowledged.
+			s.query(cs, r.Key, now)
+			break
+		}
+		s.reads = append(s.reads, pendingRead{cs: cs, key: string(r.Key)})
+		select {
+		case s.readKick <- struct{}{}:
+		default:
+		}
 	}
 	return s.pending.Len() > before
 }
@@ -207,12 +222,14 @@ func (s *shard) query(cs *connState, key []byte, now int64) {
 	})
 }
 
-// answerNotServing answers a request this node cannot serve: MOVED to the
-// leader when one is known, else ERR unavailable.
+// answerNotServing answers a request this node cannot serve now: MOVED to
+// the leader when another node is known to lead, else ERR unavailable.
 func (s *shard) answerNotServing(cs *connState, op byte, key []byte) {
-	if addr := s.node.clientAddrOf(s.leaderID); addr != "" && !s.stopping && s.leaderID != s.node.cfg.ID {
-		cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusMoved, Addr: bytesOf(addr)})
-		return
+	if s.leaderID != s.node.cfg.ID {
+		if addr := s.node.clientAddrOf(s.leaderID); addr != "" {
+			cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusMoved, Addr: bytesOf(addr)})
+			return
+		}
 	}
 	sendError(cs, op, key, codec.CodeUnavailable, "no leader for this key right now, retry")
 }
@@ -407,7 +424,7 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool) {
 		switch {
 		case granted && (failed || w.abandoned || w.cs.peerGone()):
 			// Nobody waits for this grant any more: give it back at once.
-			s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: res.Token}, origin{kind: originInternal, ks: ks})
+			s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: res.Token}, origin{kind: originInternal, ks: ks, token: res.Token})
 			s.handOff(ks)
 			s.finish(w)
 		case granted:
@@ -478,29 +495,41 @@ func (s *shard) expireFailed(ks *keyState) {
 
 // ---- proposals that did not apply ----
 
-// resolveDropped handles a proposal that is known never to apply.
+// dropRetry is how soon an Expire, or the release of an abandoned grant,
+// is proposed again after Raft dropped it (as it does during a leadership
+// transfer). Retrying later than the lease says is always safe.
+const dropRetry = 50 * time.Millisecond
+
+// resolveDropped handles a proposal that is known never to apply. Its
+// requesters are answered (a waiter loses its place: Raft drops proposals
+// while leadership moves, and the client retries where MOVED sends it);
+// internal commands are retried shortly, by expiring the grant they were for.
 func (s *shard) resolveDropped(p *proposal) {
+	now := monoNow()
 	for i := range p.origins {
 		o := &p.origins[i]
 		ks := o.ks
 		ks.inflight--
 		switch o.kind {
 		case originInternal:
-			s.expireFailed(ks)
+			ks.expiring = false
+			if ks.token == o.token {
+				ks.deadline = min(ks.deadline, now+int64(dropRetry))
+				s.leases.set(ks)
+				s.timerMayBeEarlier(ks.deadline)
+			}
 		case originClient:
 			if !p.failed {
-				sendError(o.cs, o.op, bytesOf(ks.key), codec.CodeUnavailable, "not committed, retry")
+				s.answerNotServing(o.cs, o.op, bytesOf(ks.key))
 			}
 		case originGrant:
 			if ks.granting == o.w {
 				ks.granting = nil
 			}
-			if o.w.state == waitGranting {
-				o.w.state = waitQueued
+			if !p.failed && !o.w.abandoned {
+				s.answerNotServing(o.w.cs, codec.OpAcquire, bytesOf(ks.key))
 			}
-			if p.failed || o.w.abandoned {
-				s.finish(o.w)
-			}
+			s.finish(o.w)
 		}
 		s.grantHead(ks)
 		s.forgetIfIdle(ks)
@@ -582,7 +611,7 @@ func (s *shard) leaseDue(ks *keyState, now int64) {
 		return // startServing re-arms every lease; an Expire settles the rest
 	}
 	ks.expiring = true
-	s.propose(sm.Command{Op: sm.OpExpire, Key: bytesOf(ks.key), Token: ks.token}, origin{kind: originInternal, ks: ks})
+	s.propose(sm.Command{Op: sm.OpExpire, Key: bytesOf(ks.key), Token: ks.token}, origin{kind: originInternal, ks: ks, token: ks.token})
 	s.handOff(ks)
 }
 
@@ -651,6 +680,14 @@ func (s *shard) leaderUpdated(leaderID uint64) {
 		}
 		return
 	}
+	if leaderID == 0 && !s.stopping {
+		// Nobody leads for a moment (an election, a transfer): stop
+		// serving, but keep the waiters parked. They are answered MOVED
+		// once the new leader is known, or served again if it is us.
+		s.serving = false
+		s.dropPending()
+		return
+	}
 	s.stopServing()
 }
 
@@ -662,17 +699,21 @@ func (s *shard) startServing(now int64) {
 	s.serving = true
 	// Holders could not extend while no leader existed, so the new leader
 	// does not charge them for that time: every lease starts afresh.
+	// Waiters parked while nobody led are served again.
 	for _, ks := range s.keys {
 		if ks.token != 0 {
 			s.setDeadline(ks, now)
 		}
+		s.grantHead(ks)
 	}
+	s.kickIfPending()
 }
 
-// stopServing answers every waiter: MOVED to the new leader, or ERR
-// unavailable. Commands not yet proposed are answered the same way.
+// stopServing answers every waiter and every command not yet proposed:
+// MOVED to the new leader, or ERR unavailable.
 func (s *shard) stopServing() {
 	s.serving = false
+	s.dropPending()
 	for _, ks := range s.keys {
 		for w := ks.head; w != nil; {
 			next := w.next
@@ -688,7 +729,13 @@ func (s *shard) stopServing() {
 			}
 			w = next
 		}
+		s.forgetIfIdle(ks)
 	}
+}
+
+// dropPending answers the requesters of commands that were batched but not
+// proposed; a waiter whose Grant was among them goes back to the queue.
+func (s *shard) dropPending() {
 	for i := range s.origins {
 		o := &s.origins[i]
 		o.ks.inflight--
@@ -699,8 +746,7 @@ func (s *shard) stopServing() {
 			if o.ks.granting == o.w {
 				o.ks.granting = nil
 			}
-			s.answerNotServing(o.w.cs, codec.OpAcquire, bytesOf(o.ks.key))
-			s.finish(o.w)
+			o.w.state = waitQueued
 		case originInternal:
 			o.ks.expiring = false
 		}

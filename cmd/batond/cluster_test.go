@@ -1,0 +1,193 @@
+package main_test
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/tools/harness"
+)
+
+// Cluster tests: real batond processes with the same --peers, killed,
+// restarted and stopped. Leadership follows --peers order (priority), so in
+// steady state node 1 answers and the others answer MOVED.
+
+// clusterKeys spread over every shard of a 4-shard cluster.
+var clusterKeys = []string{"c/a", "c/b", "c/c", "c/d", "c/e", "c/f", "c/g", "c/h", "c/i", "c/j"}
+
+// waitLeads waits until leader serves every key and every other live node
+// answers MOVED to it, and returns how long that took.
+func waitLeads(t *testing.T, live []*harness.Node, leader *harness.Node, d time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	for time.Since(start) < d {
+		if last = leadsEverything(live, leader); last == "" {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("node %d does not lead every shard after %v: %s", leader.ID, d, last)
+	return 0
+}
+
+// leadsEverything returns "" when leader serves every key and the other
+// nodes send clients to it, else what is still wrong.
+func leadsEverything(live []*harness.Node, leader *harness.Node) string {
+	for _, n := range live {
+		for _, k := range clusterKeys {
+			got := ask(n.ClientAddr, "Q "+k)
+			switch {
+			case n == leader && !(got == "Q "+k+" FREE" || strings.HasPrefix(got, "Q "+k+" HELD ")):
+				return fmt.Sprintf("node %d answers %q", n.ID, got)
+			case n != leader && got != "Q "+k+" MOVED "+leader.ClientAddr:
+				return fmt.Sprintf("node %d answers %q", n.ID, got)
+			}
+		}
+	}
+	return ""
+}
+
+// ask sends one line on a fresh connection and returns the answer, or the
+// error as text. It does not fail the test: callers poll.
+func ask(addr, line string) string {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(line + "\n")); err != nil {
+		return err.Error()
+	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err.Error()
+	}
+	return strings.TrimSuffix(got, "\n")
+}
+
+func TestClusterPriorityAndFailover(t *testing.T) {
+	t.Parallel()
+	nodes := harness.StartCluster(t, bin(t), 3, harness.Options{Shards: 4})
+	waitLeads(t, nodes, nodes[0], 15*time.Second)
+
+	c1 := harness.Dial(t, nodes[0].ClientAddr)
+	held := acquire(t, c1, "c/held", 60000)
+	released := acquire(t, c1, "c/released", 60000)
+	do(t, c1, fmt.Sprintf("R c/released %d", released), "R c/released OK")
+
+	nodes[0].Kill()
+	gap := waitLeads(t, nodes[1:], nodes[1], 10*time.Second)
+	t.Logf("kill -9 of the leader: node 2 serves every key %v after the kill", gap)
+
+	c2 := harness.Dial(t, nodes[1].ClientAddr)
+	queryHeld(t, c2, "c/held", held)
+	if tok := acquire(t, c2, "c/released", 60000); tok <= released {
+		t.Fatalf("token %d after failover, not above %d", tok, released)
+	}
+
+	restarted := time.Now()
+	nodes[0].Restart()
+	back := waitLeads(t, nodes, nodes[0], 15*time.Second)
+	t.Logf("restarted node 1 leads again %v after its restart returned (%v after the restart began)",
+		back, time.Since(restarted))
+	queryHeld(t, harness.Dial(t, nodes[0].ClientAddr), "c/held", held)
+}
+
+// TestClusterGracefulHandOff stops the leader with SIGTERM during a steady
+// stream of acquires: it exits 0, node 2 takes over, and every acquire that
+// was answered OK is still held, with its token, on node 2.
+func TestClusterGracefulHandOff(t *testing.T) {
+	t.Parallel()
+	nodes := harness.StartCluster(t, bin(t), 3, harness.Options{Shards: 4})
+	waitLeads(t, nodes, nodes[0], 15*time.Second)
+
+	type grant struct {
+		key   string
+		token uint64
+		at    time.Time
+	}
+	var grants []grant
+	addr := nodes[0].ClientAddr
+	signalled := false
+	deadline := time.Now().Add(30 * time.Second)
+	for len(grants) < 600 && time.Now().Before(deadline) {
+		if len(grants) == 200 && !signalled {
+			if err := nodes[0].Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			signalled = true
+		}
+		key := fmt.Sprintf("h/%d", len(grants))
+		got := ask(addr, "A "+key+" 60000 -1")
+		switch {
+		case strings.HasPrefix(got, "A "+key+" OK "):
+			tok := parseU64(t, strings.TrimPrefix(got, "A "+key+" OK "))
+			grants = append(grants, grant{key, tok, time.Now()})
+		case strings.HasPrefix(got, "A "+key+" MOVED "):
+			addr = strings.TrimPrefix(got, "A "+key+" MOVED ")
+		default: // unavailable, refused, timed out: the hand-off is under way
+			if addr == nodes[0].ClientAddr && signalled {
+				addr = nodes[1].ClientAddr // node 1 is gone; ask the next one
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	if len(grants) < 600 {
+		t.Fatalf("only %d grants in 30s", len(grants))
+	}
+	if code, err := nodes[0].Wait(20 * time.Second); err != nil || code != 0 {
+		t.Fatalf("node 1 after SIGTERM: exit %d, %v; want exit 0", code, err)
+	}
+	var maxGap time.Duration
+	for i := 1; i < len(grants); i++ {
+		maxGap = max(maxGap, grants[i].at.Sub(grants[i-1].at))
+	}
+	t.Logf("graceful hand-off: longest time without a grant %v", maxGap)
+
+	waitLeads(t, nodes[1:], nodes[1], 10*time.Second)
+	c := harness.Dial(t, nodes[1].ClientAddr)
+	for _, g := range grants {
+		queryHeld(t, c, g.key, g.token)
+	}
+}
+
+// TestClusterQuorum: five nodes serve with two dead, answer ERR unavailable
+// (in bounded time) with three dead, and serve again when one comes back.
+func TestClusterQuorum(t *testing.T) {
+	t.Parallel()
+	nodes := harness.StartCluster(t, bin(t), 5, harness.Options{Shards: 2})
+	waitLeads(t, nodes, nodes[0], 20*time.Second)
+
+	nodes[0].Kill()
+	nodes[1].Kill()
+	waitLeads(t, nodes[2:], nodes[2], 10*time.Second)
+	c := harness.Dial(t, nodes[2].ClientAddr)
+	acquire(t, c, "q/two-dead", 60000)
+
+	nodes[2].Kill()
+	start := time.Now()
+	var got string
+	for time.Since(start) < 20*time.Second {
+		if got = ask(nodes[3].ClientAddr, "A q/three-dead 60000 -1"); strings.HasPrefix(got, "A q/three-dead ERR unavailable") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.HasPrefix(got, "A q/three-dead ERR unavailable") {
+		t.Fatalf("with 3 of 5 nodes dead, node 4 answers %q, want ERR unavailable", got)
+	}
+	t.Logf("3 of 5 dead: ERR unavailable %v after the third kill", time.Since(start))
+
+	nodes[2].Restart()
+	waitLeads(t, nodes[2:], nodes[2], 20*time.Second)
+	held, _, _ := query(t, harness.Dial(t, nodes[2].ClientAddr), "q/two-dead")
+	if !held {
+		t.Fatal("the lock granted with two nodes dead was lost")
+	}
+}
