@@ -62,6 +62,10 @@ type Config struct {
 	// Shards is the number of Raft groups; 0 means the value stored in
 	// DataDir, or DefaultShards for a new one.
 	Shards int
+	// RaftListen, when set, is the address the Raft transport binds, while
+	// the peers reach this node at its RaftAddr in Peers: for NAT, tunnels
+	// and the fault-injecting proxies of baton's partition tests.
+	RaftListen string
 	// RTT is the Raft tick; elections take 10 ticks, heartbeats 1.
 	RTT    time.Duration
 	Logger *slog.Logger
@@ -99,6 +103,14 @@ func (c *Config) peerStrings() []string {
 	return out
 }
 
+// raftListen is the address the Raft transport binds.
+func (c *Config) raftListen() string {
+	if c.RaftListen != "" {
+		return c.RaftListen
+	}
+	return c.Peers[c.ID-1].RaftAddr
+}
+
 func joinPeers(p []string) string { return strings.Join(p, ",") }
 
 func (c *Config) validate() error {
@@ -111,6 +123,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--shards %d out of range 1..%d", c.Shards, sm.MaxShards)
 	case c.DataDir == "":
 		return errors.New("--data is empty")
+	}
+	if c.RaftListen != "" {
+		if _, port, err := net.SplitHostPort(c.RaftListen); err != nil || port == "" {
+			return fmt.Errorf("--raft-listen: bad address %q", c.RaftListen)
+		}
 	}
 	return nil
 }
@@ -151,7 +168,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	me := cfg.Peers[cfg.ID-1]
 	// Fail fast, before any state is touched, when a port is taken.
-	for _, a := range []string{me.ClientAddr, me.RaftAddr} {
+	for _, a := range []string{me.ClientAddr, cfg.raftListen()} {
 		l, err := net.Listen("tcp", a)
 		if err != nil {
 			return nil, fmt.Errorf("cannot listen on %s: %w", a, unwrapSyscall(err))
@@ -189,11 +206,12 @@ func (n *Node) start() error {
 		NodeHostDir:       filepath.Join(n.cfg.DataDir, raftDir),
 		RTTMillisecond:    uint64(n.cfg.RTT / time.Millisecond),
 		RaftAddress:       me.RaftAddr,
+		ListenAddress:     n.cfg.raftListen(),
 		RaftEventListener: n,
 		Expert:            raftStorageConfig(),
 	})
 	if err != nil {
-		return fmt.Errorf("start raft on %s: %w", me.RaftAddr, err)
+		return fmt.Errorf("start raft on %s: %w", n.cfg.raftListen(), err)
 	}
 	members := make(map[uint64]dragonboat.Target, len(n.cfg.Peers))
 	for i, p := range n.cfg.Peers {
@@ -202,11 +220,14 @@ func (n *Node) start() error {
 	create := sm.Factory(n.db, n)
 	for _, s := range n.shards {
 		rc := config.Config{
-			ReplicaID:          n.cfg.ID,
-			ShardID:            s.id,
-			ElectionRTT:        10,
-			HeartbeatRTT:       1,
-			CheckQuorum:        true,
+			ReplicaID:    n.cfg.ID,
+			ShardID:      s.id,
+			ElectionRTT:  10,
+			HeartbeatRTT: 1,
+			CheckQuorum:  true,
+			// A node cut off from the others must not disrupt them with ever
+			// higher terms when it comes back.
+			PreVote:            true,
 			SnapshotEntries:    10000,
 			CompactionOverhead: 5000,
 		}

@@ -191,3 +191,42 @@ func TestClusterQuorum(t *testing.T) {
 		t.Fatal("the lock granted with two nodes dead was lost")
 	}
 }
+
+// TestClusterPartition cuts the leader's Raft links (through the harness's
+// proxies) while a client still talks to it: it grants nothing and shows no
+// unconfirmed state, the other two elect a leader and serve, and once the
+// links heal exactly one node serves again, node 1 by priority.
+func TestClusterPartition(t *testing.T) {
+	t.Parallel()
+	links := harness.NewLinks()
+	nodes := harness.StartCluster(t, bin(t), 3, harness.Options{Shards: 2, Links: links})
+	waitLeads(t, nodes, nodes[0], 15*time.Second)
+	c1 := harness.Dial(t, nodes[0].ClientAddr)
+	held := acquire(t, c1, "p/held", 60000)
+
+	links.Isolate(1)
+	c1.Send("A p/cut 60000 -1", "Q p/held")
+	until := time.Now().Add(3 * time.Second)
+	for time.Now().Before(until) {
+		line, err := c1.ReadLine(time.Until(until))
+		if err != nil {
+			break // nothing more said: fine
+		}
+		if !strings.Contains(line, " ERR unavailable") && !strings.Contains(line, " MOVED ") {
+			t.Fatalf("node 1, cut off from the others, answered %q", line)
+		}
+	}
+
+	waitLeads(t, nodes[1:], nodes[1], 10*time.Second)
+	c2 := harness.Dial(t, nodes[1].ClientAddr)
+	queryHeld(t, c2, "p/held", held)
+	majority := acquire(t, c2, "p/majority", 60000)
+
+	links.Heal()
+	back := waitLeads(t, nodes, nodes[0], 20*time.Second)
+	t.Logf("after healing, node 1 leads again in %v", back)
+	c1 = harness.Dial(t, nodes[0].ClientAddr)
+	queryHeld(t, c1, "p/majority", majority)
+	queryHeld(t, c1, "p/held", held)
+	queryFree(t, c1, "p/cut")
+}

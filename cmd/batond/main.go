@@ -53,6 +53,10 @@ Flags:
                   (default 0, meaning 4 for a new data dir)
   --http ADDR     serve /metrics (Prometheus), /healthz and /status (JSON)
                   on ADDR, e.g. 127.0.0.1:7780 (default off)
+  --raft-listen ADDR
+                  bind Raft here instead of this node's RAFT_ADDR in
+                  --peers, which stays the address peers dial (for NAT,
+                  tunnels or fault-injection proxies; default: RAFT_ADDR)
   --rtt DURATION  Raft tick: heartbeats every tick, elections after 10
                   (default 10ms)
   --log-level L   debug, info, warn or error (default info)
@@ -62,13 +66,14 @@ SIGINT or SIGTERM stops the node gracefully and exits 0.
 `
 
 type options struct {
-	id       uint64
-	peers    string
-	data     string
-	shards   int
-	http     string
-	rtt      time.Duration
-	logLevel string
+	id         uint64
+	peers      string
+	data       string
+	shards     int
+	http       string
+	raftListen string
+	rtt        time.Duration
+	logLevel   string
 }
 
 // defaultGCPercent is batond's GOGC unless the environment sets one. The
@@ -116,7 +121,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	node, err := engine.Start(engine.Config{
-		ID: opts.id, Peers: peers, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt, Logger: log,
+		ID: opts.id, Peers: peers, RaftListen: opts.raftListen, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt, Logger: log,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
@@ -151,6 +156,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.data, "data", engine.DefaultDataDir, "")
 	fs.IntVar(&o.shards, "shards", 0, "")
 	fs.StringVar(&o.http, "http", "", "")
+	fs.StringVar(&o.raftListen, "raft-listen", "", "")
 	fs.DurationVar(&o.rtt, "rtt", 10*time.Millisecond, "")
 	fs.StringVar(&o.logLevel, "log-level", "info", "")
 	if err := fs.Parse(args); err != nil {

@@ -42,6 +42,9 @@ type Options struct {
 	// ReadyTimeout bounds the wait for each start; 0 means
 	// DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// Links, when set, puts every node's Raft port behind a proxy that a
+	// test can cut (see Links).
+	Links *Links
 }
 
 func (o Options) shards() int {
@@ -58,7 +61,8 @@ func (o Options) shards() int {
 type Node struct {
 	ID         int    // --id
 	ClientAddr string // the address the line protocol is served on
-	RaftAddr   string // the Raft address ("" for a node of NewNode)
+	RaftAddr   string // the Raft address peers dial ("" for a node of NewNode)
+	RaftListen string // the Raft address batond binds, when not RaftAddr (Options.Links)
 	HTTPAddr   string // --http, "" when off
 	Peers      string // --peers
 	DataDir    string // --data
@@ -176,6 +180,11 @@ func assignPorts(t testing.TB, nodes []*Node, opts Options) {
 		if opts.HTTP {
 			nd.HTTPAddr = addrs[per*i+2]
 		}
+		nd.RaftListen = ""
+		if opts.Links != nil {
+			nd.RaftListen = nd.RaftAddr
+			nd.RaftAddr = opts.Links.listen(t, nd.ID, nd.RaftListen)
+		}
 		peers[i] = nd.RaftAddr + "/" + nd.ClientAddr
 	}
 	for _, nd := range nodes {
@@ -188,6 +197,9 @@ func assignPorts(t testing.TB, nodes []*Node, opts Options) {
 		}
 		if nd.HTTPAddr != "" {
 			nd.Args = append(nd.Args, "--http", nd.HTTPAddr)
+		}
+		if nd.RaftListen != "" {
+			nd.Args = append(nd.Args, "--raft-listen", nd.RaftListen)
 		}
 		nd.Args = append(nd.Args, opts.Args...)
 	}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Three-node cluster against a single node, same workload, same run:
+# pipelined acquire+release cycles on distinct keys (fsync on), RUNS rounds,
+# each round a fresh single node then a fresh 3-node cluster (all on this
+# machine, 127.0.0.1 only). The cluster is driven through node 1, which leads
+# every shard once priority has settled. Prints every run and the medians.
+#
+#   tools/bench-cluster.sh        # RUNS=3 DURATION=10s CONNS=16 DEPTH=16
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-10s}
+CONNS=${CONNS:-16}
+DEPTH=${DEPTH:-16}
+SHARDS=${SHARDS:-4}
+
+command -v jq >/dev/null || { echo "tools/bench-cluster.sh needs jq (apt-get install jq)"; exit 1; }
+make -s build
+work=$(mktemp -d)
+pids=()
+stop() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
+trap 'stop; rm -rf "$work"' EXIT
+
+# start N: a fresh cluster of N nodes; node i listens on 179i0 (clients) and
+# 179i1 (Raft). Returns once node 1 grants.
+start() {
+	local n=$1 peers="" i
+	rm -rf "$work"/n*
+	for i in $(seq "$n"); do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
+	for i in $(seq "$n"); do
+		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --shards "$SHARDS" >"$work/n$i.log" 2>&1 &
+		pids+=($!)
+	done
+	for _ in $(seq 200); do
+		# Ready when node 1 leads every shard: a short run sees no MOVED.
+		if bin/baton bench --addr 127.0.0.1:17910 --conns 1 --depth 64 --ops 256 --warmup 0 --duration 2s \
+			--quiet --json "$work/probe.json" >/dev/null 2>&1 &&
+			[ "$(jq '.errors | length' "$work/probe.json")" = 0 ]; then
+			return
+		fi
+		sleep 0.1
+	done
+	echo "cluster of $n did not settle:"; tail -5 "$work"/n*.log; exit 1
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+for n in 1 3; do : >"$work/rate$n"; : >"$work/p50$n"; : >"$work/p99$n"; done
+for run in $(seq "$RUNS"); do
+	for n in 1 3; do
+		start "$n"
+		bin/baton bench --addr 127.0.0.1:17910 --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" \
+			--quiet --json "$work/r.json" >/dev/null
+		stop
+		rate=$(jq -r '.cycles_per_sec | floor' "$work/r.json")
+		p50=$(jq -r '.acquire_us.p50' "$work/r.json")
+		p99=$(jq -r '.acquire_us.p99' "$work/r.json")
+		errs=$(jq -c '.errors' "$work/r.json")
+		echo "nodes=$n run=$run cycles/s=$rate acquire_p50_us=$p50 acquire_p99_us=$p99 errors=$errs"
+		echo "$rate" >>"$work/rate$n"; echo "$p50" >>"$work/p50$n"; echo "$p99" >>"$work/p99$n"
+	done
+done
+for n in 1 3; do
+	echo "nodes=$n MEDIAN cycles/s=$(median <"$work/rate$n") acquire_p50_us=$(median <"$work/p50$n") acquire_p99_us=$(median <"$work/p99$n")"
+done
