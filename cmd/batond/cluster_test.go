@@ -80,6 +80,9 @@ func TestClusterPriorityAndFailover(t *testing.T) {
 	held := acquire(t, c1, "c/held", 60000)
 	released := acquire(t, c1, "c/released", 60000)
 	do(t, c1, fmt.Sprintf("R c/released %d", released), "R c/released OK")
+	// A holder that dies with the leader and never comes back: its short
+	// lease must still run out after the failover and pass the lock on.
+	orphan := acquire(t, c1, "c/orphan", 1000)
 
 	nodes[0].Kill()
 	gap := waitLeads(t, nodes[1:], nodes[1], 10*time.Second)
@@ -89,6 +92,10 @@ func TestClusterPriorityAndFailover(t *testing.T) {
 	queryHeld(t, c2, "c/held", held)
 	if tok := acquire(t, c2, "c/released", 60000); tok <= released {
 		t.Fatalf("token %d after failover, not above %d", tok, released)
+	}
+	c2.Send("A c/orphan 60000 0")
+	if tok := readGrant(t, c2, "c/orphan", 5*time.Second); tok <= orphan {
+		t.Fatalf("orphaned lock passed on with token %d, not above %d", tok, orphan)
 	}
 
 	restarted := time.Now()

@@ -1096,7 +1096,9 @@ func TestDataDirLocked(t *testing.T) {
 	do(t, c, fmt.Sprintf("R locked/k %d", tok), "R locked/k OK")
 }
 
-func TestShardsFixed(t *testing.T) {
+// TestSettingsFixed: --shards and --peers are fixed when the data dir is
+// created; a start with other values is refused, and does no harm.
+func TestSettingsFixed(t *testing.T) {
 	t.Parallel()
 	n := startNode(t)
 	c := harness.Dial(t, n.ClientAddr)
@@ -1105,16 +1107,24 @@ func TestShardsFixed(t *testing.T) {
 		t.Fatalf("stop: exit %d, %v", code, err)
 	}
 
-	args := append([]string(nil), n.Args...)
-	for i := range args {
-		if args[i] == "--shards" {
-			args[i+1] = "8"
+	for _, tc := range []struct {
+		flag   string
+		change func(string) string
+	}{
+		{"--shards", func(string) string { return "8" }},
+		{"--peers", func(v string) string { return v + ",127.0.0.1:1/127.0.0.1:2" }},
+	} {
+		args := append([]string(nil), n.Args...)
+		for i := range args {
+			if args[i] == tc.flag {
+				args[i+1] = tc.change(args[i+1])
+			}
 		}
+		res := harness.Run(t, bin(t), "", 30*time.Second, args...)
+		expectRefusal(t, res, strings.TrimPrefix(tc.flag, "--"))
 	}
-	res := harness.Run(t, bin(t), "", 30*time.Second, args...)
-	expectRefusal(t, res, "shards")
 
-	// The refused start did not damage the data dir.
+	// The refused starts did not damage the data dir.
 	n.Restart()
 	queryHeld(t, harness.Dial(t, n.ClientAddr), "shards/k", tok)
 }
