@@ -33,6 +33,7 @@ import (
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 
+	"github.com/baton-dev/baton/codec"
 	sm "github.com/baton-dev/baton/statemachine"
 )
 
@@ -44,9 +45,13 @@ const (
 	DefaultShards     = 4
 )
 
-// proposeTimeout bounds how long a proposal may stay uncommitted before its
-// requesters are answered ERR unavailable.
-const proposeTimeout = 5 * time.Second
+const (
+	// proposeTimeout bounds how long a proposal may stay uncommitted before
+	// its requesters are answered ERR unavailable.
+	proposeTimeout = 5 * time.Second
+	// proposeRetry is the pause after dragonboat refused a proposal.
+	proposeRetry = 10 * time.Millisecond
+)
 
 // Peer is one member of the cluster.
 type Peer struct {
@@ -373,14 +378,22 @@ func (n *Node) runProposer(s *shard) {
 				n.metrics.failed.Inc()
 				s.mu.Lock()
 				if s.removeInflight(p) {
-					code := "unavailable"
+					code := codec.CodeUnavailable
 					if errors.Is(err, dragonboat.ErrSystemBusy) {
-						code = "overloaded"
+						code = codec.CodeOverloaded
 					}
 					s.failProposal(p, code, err.Error())
 					s.resolveDropped(p)
 				}
+				// A shard that is not ready, or a full queue, says no again
+				// at once: back off, and keep a barrier for the next try.
+				s.needBarrier = s.needBarrier || p.barrier
 				s.mu.Unlock()
+				select {
+				case <-n.stopC:
+					return
+				case <-time.After(proposeRetry):
+				}
 				continue
 			}
 			select {
@@ -406,8 +419,11 @@ func (n *Node) watchResults(s *shard) {
 		s.mu.Lock()
 		switch {
 		case res.Timeout():
-			// It may still commit: answer now, settle later.
-			s.failProposal(r.p, "unavailable", "not committed in time, retry")
+			// It may still commit: answer now, and propose a barrier, whose
+			// applying settles whether this one did (see match).
+			s.failProposal(r.p, codec.CodeUnavailable, "not committed in time, retry")
+			s.needBarrier = true
+			s.kickIfPending()
 		default:
 			// Dropped, rejected, aborted or terminated: it will not apply.
 			if s.removeInflight(r.p) {

@@ -60,7 +60,7 @@ type shard struct {
 	leaderID    uint64 // as last reported by Raft; 0 when unknown
 	serving     bool   // this node leads the shard and its barrier has applied
 	needBarrier bool   // a barrier must be proposed before serving
-	stopping    bool   // the node shuts down: answer unavailable
+	stopping    bool   // the node shuts down: serve nothing, pull nothing
 
 	lastPull time.Time     // last time this node asked for the shard's leadership
 	reads    []pendingRead // queries waiting for a ReadIndex (clusters only)
@@ -231,7 +231,7 @@ func (s *shard) answerNotServing(cs *connState, op byte, key []byte) {
 			return
 		}
 	}
-	sendError(cs, op, key, codec.CodeUnavailable, "no leader for this key right now, retry")
+	sendError(cs, op, key, codec.CodeUnavailable, "leadership is changing or unknown, retry")
 }
 
 // tooManyWaiters is the text of ERR overloaded for maxWaitersPerConn.
@@ -269,11 +269,8 @@ func (s *shard) propose(c sm.Command, o origin) {
 // grantHead proposes a Grant for the next waiter if the key is free and no
 // Grant is in flight.
 func (s *shard) grantHead(ks *keyState) {
-	if !s.serving || ks.token != 0 || ks.granting != nil {
-		return
-	}
-	if w := ks.firstQueued(); w != nil {
-		s.proposeGrant(ks, w)
+	if s.serving && ks.token == 0 {
+		s.handOff(ks)
 	}
 }
 
@@ -349,6 +346,7 @@ func (s *shard) applied(h sm.Header, cmds []sm.Command, results []sm.Result) {
 func (s *shard) match(seq uint64) *proposal {
 	for len(s.inflight) > 0 && s.inflight[0].seq < seq {
 		dead := s.inflight[0]
+		s.inflight[0] = nil
 		s.inflight = s.inflight[1:]
 		s.resolveDropped(dead)
 	}
@@ -550,16 +548,15 @@ func (s *shard) failProposal(p *proposal, code, text string) {
 		case originClient:
 			sendError(o.cs, o.op, bytesOf(o.ks.key), code, text)
 		case originGrant:
+			if !o.w.abandoned { // an abandoned waiter was answered already, or is gone
+				sendError(o.w.cs, codec.OpAcquire, bytesOf(o.ks.key), code, text)
+			}
 			o.w.abandoned = true
-			sendError(o.w.cs, codec.OpAcquire, bytesOf(o.ks.key), code, text)
 			o.ks.unlink(o.w)
 			o.w.cs.removeWaiter(o.w)
 			s.waits.clear(o.w)
 		}
 	}
-	// A later proposal of ours applying settles whether this one did.
-	s.needBarrier = true
-	s.kickIfPending()
 }
 
 // removeInflight drops p from the in-flight list; false if it is not there.
