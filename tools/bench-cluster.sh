@@ -6,8 +6,7 @@
 # every shard once priority has settled. Prints every run and the medians.
 #
 #   tools/bench-cluster.sh        # RUNS=3 DURATION=10s CONNS=16 DEPTH=16
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/bench-lib.sh"
 
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10s}
@@ -15,9 +14,6 @@ CONNS=${CONNS:-16}
 DEPTH=${DEPTH:-16}
 SHARDS=${SHARDS:-4}
 
-command -v jq >/dev/null || { echo "tools/bench-cluster.sh needs jq (apt-get install jq)"; exit 1; }
-make -s build
-work=$(mktemp -d)
 pids=()
 stop() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
 trap 'stop; rm -rf "$work"' EXIT
@@ -44,9 +40,6 @@ start() {
 	echo "cluster of $n did not settle:"; tail -5 "$work"/n*.log; exit 1
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 for n in 1 3; do : >"$work/rate$n"; : >"$work/p50$n"; : >"$work/p99$n"; done
 for run in $(seq "$RUNS"); do
 	for n in 1 3; do

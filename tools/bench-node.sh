@@ -7,8 +7,7 @@
 #   tools/bench-node.sh            # RUNS=3 DURATION=10s CONNS=16 DEPTH=16
 #
 # Every node listens on 127.0.0.1 only and is stopped on exit.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/bench-lib.sh"
 
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10s}
@@ -19,9 +18,6 @@ IDLE=${IDLE:-10000}
 CLIENT=127.0.0.1:17900
 RAFT=127.0.0.1:17901
 
-command -v jq >/dev/null || { echo "tools/bench-node.sh needs jq (apt-get install jq)"; exit 1; }
-make -s build
-work=$(mktemp -d)
 pid=""
 stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=""; }
 trap 'stop; rm -rf "$work"' EXIT
@@ -40,10 +36,6 @@ start() {
 	echo "node did not start:"; cat "$work/node.log"; exit 1
 }
 
-median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
-
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "go: $(go version)"
 for shards in 1 4; do
 	: >"$work/rate" ; : >"$work/p50" ; : >"$work/p99"
 	for run in $(seq "$RUNS"); do
