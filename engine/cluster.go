@@ -19,7 +19,7 @@ const (
 	// of lower priority.
 	priorityInterval = 200 * time.Millisecond
 	// pullBackoff spaces two pulls of the same shard.
-	pullBackoff = time.Second
+	pullBackoff = 500 * time.Millisecond
 	// catchUpTimeout bounds the ReadIndex that proves a node caught up.
 	catchUpTimeout = 2 * time.Second
 	// handOffPerTarget bounds the wait for one hand-off target to take
