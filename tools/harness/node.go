@@ -285,6 +285,27 @@ func (n *Node) Restart() {
 	n.Start()
 }
 
+// RestartAll restarts several nodes at once (killing those still running)
+// and waits until all serve: a node that needs the others for a quorum
+// cannot become ready on its own, as Restart would wait for.
+func RestartAll(t testing.TB, nodes ...*Node) {
+	t.Helper()
+	for _, n := range nodes {
+		if n.Running() {
+			n.Kill()
+		}
+		if err := n.spawn(); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+	}
+	if err := waitAllReady(nodes); err != nil {
+		for _, n := range nodes {
+			n.killQuietly()
+		}
+		t.Fatalf("harness: %v", err)
+	}
+}
+
 // spawn starts the process without waiting for it to serve. Each run's
 // output is appended to LogPath after a header line.
 func (n *Node) spawn() error {
