@@ -353,55 +353,65 @@ type inflightResult struct {
 	rs *dragonboat.RequestState
 }
 
-// runProposer turns the shard's pending batch into one proposal whenever it
-// is kicked. While a proposal is being made, new commands pile up in the
-// next batch, so batches grow with load by themselves.
+// runProposer proposes the shard's pending batch whenever it is kicked (by
+// the apply and timer paths). Event loops propose themselves at the end of a
+// drain (proposePending), which saves a goroutine hop per commit.
 func (n *Node) runProposer(s *shard) {
-	session := n.sessions[s.id-1]
 	for {
 		select {
 		case <-n.stopC:
 			return
 		case <-s.kick:
 		}
-		for {
+		if !n.proposePending(s) {
+			return
+		}
+	}
+}
+
+// proposePending turns what is pending in s into proposals, one Raft entry
+// each, until nothing is left. proposeMu keeps proposals in the order of
+// their sequence numbers, which is how applied entries are matched to them.
+// Propose only queues the entry, so event loops may call this. It returns
+// false when the node stops.
+func (n *Node) proposePending(s *shard) bool {
+	s.proposeMu.Lock()
+	defer s.proposeMu.Unlock()
+	session := n.sessions[s.id-1]
+	for {
+		s.mu.Lock()
+		p := s.takeProposal()
+		s.mu.Unlock()
+		if p == nil {
+			return true
+		}
+		n.metrics.proposals.Inc()
+		n.metrics.commands.Add(len(p.origins))
+		rs, err := n.nh.Propose(session, p.data, proposeTimeout)
+		if err != nil {
+			n.metrics.failed.Inc()
 			s.mu.Lock()
-			p := s.takeProposal()
+			if s.removeInflight(p) {
+				code := codec.CodeUnavailable
+				if errors.Is(err, dragonboat.ErrSystemBusy) {
+					code = codec.CodeOverloaded
+				}
+				s.failProposal(p, code, err.Error())
+				s.resolveDropped(p)
+			}
+			// A shard that is not ready, or a full queue, says no again at
+			// once: leave the rest to the proposer after a pause, keeping a
+			// barrier for its next try.
+			s.needBarrier = s.needBarrier || p.barrier
 			s.mu.Unlock()
-			if p == nil {
-				break
-			}
-			n.metrics.proposals.Inc()
-			n.metrics.commands.Add(len(p.origins))
-			rs, err := n.nh.Propose(session, p.data, proposeTimeout)
-			if err != nil {
-				n.metrics.failed.Inc()
-				s.mu.Lock()
-				if s.removeInflight(p) {
-					code := codec.CodeUnavailable
-					if errors.Is(err, dragonboat.ErrSystemBusy) {
-						code = codec.CodeOverloaded
-					}
-					s.failProposal(p, code, err.Error())
-					s.resolveDropped(p)
-				}
-				// A shard that is not ready, or a full queue, says no again
-				// at once: back off, and keep a barrier for the next try.
-				s.needBarrier = s.needBarrier || p.barrier
-				s.mu.Unlock()
-				select {
-				case <-n.stopC:
-					return
-				case <-time.After(proposeRetry):
-				}
-				continue
-			}
-			select {
-			case s.results <- inflightResult{p, rs}:
-			case <-n.stopC:
-				rs.Release()
-				return
-			}
+			time.AfterFunc(proposeRetry, s.kickProposer)
+			return true
+		}
+		select {
+		case s.results <- inflightResult{p, rs}:
+		case <-n.stopC:
+			rs.Release()
+			return false
 		}
 	}
 }

@@ -86,7 +86,8 @@ func (sv *server) OnClose(c gnet.Conn, _ error) gnet.Action {
 }
 
 // OnTraffic parses every complete line in the inbound buffer, serves each,
-// then proposes once per shard that got commands and writes all answers
+// then proposes what each shard got (usually one entry per shard) and
+// writes all answers
 // that are ready in one write. It is also how other goroutines get their
 // answers written: they Wake the connection.
 func (sv *server) OnTraffic(c gnet.Conn) gnet.Action {
@@ -94,7 +95,7 @@ func (sv *server) OnTraffic(c gnet.Conn) gnet.Action {
 	cs.beginTraffic()
 	action := sv.serveLines(cs, c)
 	for i, s := range cs.touched {
-		s.kickProposer()
+		sv.node.proposePending(s)
 		cs.touched[i] = nil
 	}
 	cs.touched = cs.touched[:0]

@@ -66,6 +66,7 @@ type shard struct {
 	reads    []pendingRead // queries waiting for a ReadIndex (clusters only)
 	readKick chan struct{} // wakes the reader
 
+	proposeMu sync.Mutex    // orders Propose calls: see Node.proposePending
 	kick      chan struct{} // wakes the proposer
 	timerKick chan struct{} // wakes the timer goroutine: an earlier deadline
 	results   chan inflightResult
