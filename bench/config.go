@@ -20,16 +20,21 @@ type Config struct {
 	Addrs []string
 	// Conns is the number of load-carrying connections.
 	Conns int
-	// Depth is the number of requests (uncontended: lock cycles) each
-	// connection keeps in flight.
+	// Depth is the number of requests (hold) or lock cycles (the other
+	// workloads) each connection keeps in flight. Each cycle slot acts as
+	// one client: it starts its next cycle when the last one ended.
 	Depth int
-	// Keys is the size of the uncontended key space. It is split evenly over
-	// the Conns*Depth cycle slots, with at least one key per slot.
+	// Keys is the size of the key space. Uncontended and mixed split it
+	// evenly over the Conns*Depth cycle slots, at least one key per slot.
+	// Contended shares it: slot j (counting over all connections) uses key
+	// j mod Keys, so each key has about Conns*Depth/Keys clients; Depth
+	// must not exceed Keys, so that no connection waits for a key twice.
+	// Expiry gives every slot one key of its own and ignores Keys.
 	Keys int
-	// Workload is "uncontended" or "hold" (see Workloads).
+	// Workload is one of Workloads(); see the package documentation.
 	Workload string
-	// Lease of every acquire; 0 means 10s for uncontended and 1h for hold.
-	// Rounded up to whole milliseconds.
+	// Lease of every acquire; 0 means 10s, 200ms for expiry and 1h for
+	// hold. Rounded up to whole milliseconds.
 	Lease time.Duration
 	// Wait of every acquire: 0 waits forever, a negative value does not wait
 	// at all (try-lock, wait_ms -1), anything else is rounded up to whole
@@ -45,6 +50,20 @@ type Config struct {
 	// Warmup is run before the measured Duration; its cycles are neither
 	// counted nor recorded.
 	Warmup time.Duration
+	// Rate, when positive, runs open loop: cycles start at this many per
+	// second in total (each connection an equal share, on a fixed
+	// schedule), and their latency counts from when they should have
+	// started, so that a server that falls behind shows it. Depth still
+	// caps the cycles in flight per connection. Not for expiry or hold.
+	Rate float64
+	// Via is ViaWire (the default when empty) or ViaClient (uncontended and
+	// contended only, closed loop).
+	Via string
+	// FIFOSlack (contended) is how much earlier an acquire that is still
+	// waiting must have been sent than an acquire that is granted, for the
+	// grant to count as overtaking it; 0 means DefaultFIFOSlack. See
+	// package documentation.
+	FIFOSlack time.Duration
 	// Hold is the number of distinct keys the hold workload acquires.
 	Hold int
 	// IdleConns is the number of extra connections the hold workload opens
@@ -67,12 +86,25 @@ type Config struct {
 // Workload names.
 const (
 	WorkloadUncontended = "uncontended"
+	WorkloadContended   = "contended"
+	WorkloadMixed       = "mixed"
+	WorkloadExpiry      = "expiry"
 	WorkloadHold        = "hold"
 )
 
+// DefaultFIFOSlack is Config.FIFOSlack's default. A server can only queue an
+// acquire once it has read it, and it reads each connection when its event
+// loop gets to it; the slack keeps a loop that is a little late from
+// passing for a queue that is out of order. A server that really overtakes
+// its queue does so by far more (a whole hand-off per overtaking client).
+const DefaultFIFOSlack = 50 * time.Millisecond
+
 // workloads maps a workload name to its driver.
 var workloads = map[string]func(context.Context, *Config) (*Result, error){
-	WorkloadUncontended: runUncontended,
+	WorkloadUncontended: runCycles,
+	WorkloadContended:   runCycles,
+	WorkloadMixed:       runCycles,
+	WorkloadExpiry:      runCycles,
 	WorkloadHold:        runHold,
 }
 
@@ -92,6 +124,7 @@ const (
 	maxDepth = 1 << 16
 	maxKeys  = 1 << 31
 	maxHold  = 1 << 28
+	maxRate  = 100_000_000
 )
 
 // Validate checks c and fills in the defaults of its zero fields (Lease).
@@ -122,12 +155,37 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ops %d: must not be negative", c.Ops)
 	case c.Settle < 0:
 		return fmt.Errorf("settle %v: must not be negative", c.Settle)
+	case c.Rate < 0 || c.Rate != c.Rate || c.Rate > maxRate:
+		return fmt.Errorf("rate %v: want 0 (closed loop) up to %d cycles/s", c.Rate, maxRate)
+	case c.FIFOSlack < 0:
+		return fmt.Errorf("fifo-slack %v: must not be negative", c.FIFOSlack)
 	}
 	if c.Lease == 0 {
-		c.Lease = 10 * time.Second
-		if c.Workload == WorkloadHold {
+		switch c.Workload {
+		case WorkloadHold:
 			c.Lease = time.Hour
+		case WorkloadExpiry:
+			c.Lease = 200 * time.Millisecond
+		default:
+			c.Lease = 10 * time.Second
 		}
+	}
+	if c.FIFOSlack == 0 {
+		c.FIFOSlack = DefaultFIFOSlack
+	}
+	switch c.Via {
+	case "":
+		c.Via = ViaWire
+	case ViaWire:
+	case ViaClient:
+		if c.Workload != WorkloadUncontended && c.Workload != WorkloadContended {
+			return fmt.Errorf("via client: only the uncontended and contended workloads (not %s)", c.Workload)
+		}
+		if c.Rate > 0 {
+			return errors.New("via client runs closed loop (no rate)")
+		}
+	default:
+		return fmt.Errorf("via %q: want %s or %s", c.Via, ViaWire, ViaClient)
 	}
 	if ms := durationMs(c.Lease); ms < 1 || ms > codec.MaxLeaseMs {
 		return fmt.Errorf("lease %v: want 1ms..24h", c.Lease)
@@ -136,14 +194,28 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("wait %v: want at most 24h", c.Wait)
 	}
 	switch c.Workload {
-	case WorkloadUncontended:
+	case WorkloadUncontended, WorkloadContended, WorkloadMixed, WorkloadExpiry:
 		if c.Duration == 0 {
 			return errors.New("duration must be positive")
 		}
 		if c.Keys < 1 || c.Keys > maxKeys {
 			return fmt.Errorf("keys %d: want 1..%d", c.Keys, maxKeys)
 		}
+		if c.Workload == WorkloadContended && c.Depth > c.Keys {
+			return fmt.Errorf("contended: depth %d is more than keys %d (a connection would wait for one key twice)", c.Depth, c.Keys)
+		}
+		if c.Workload == WorkloadExpiry {
+			if c.Rate > 0 {
+				return errors.New("expiry runs closed loop: its pace is the lease (no rate)")
+			}
+			if c.Wait != 0 && c.Wait <= c.Lease {
+				return fmt.Errorf("expiry: wait %v must be 0 (forever) or longer than the lease %v, or no acquire outlasts a lease", c.Wait, c.Lease)
+			}
+		}
 	case WorkloadHold:
+		if c.Rate > 0 {
+			return errors.New("hold runs closed loop (no rate)")
+		}
 		if c.Hold < 0 || c.Hold > maxHold {
 			return fmt.Errorf("hold %d: want 0..%d", c.Hold, maxHold)
 		}

@@ -16,7 +16,7 @@ type holder struct {
 	rec     *recorder
 	op      byte    // codec.OpAcquire or codec.OpRelease
 	keys    []int32 // key numbers this connection works through
-	next    int
+	nextKey int
 	depth   int
 	leaseMs uint32
 	waitMs  int64
@@ -42,12 +42,14 @@ func newHolder(w *wire, p *phase, rec *recorder, op byte, keys []int32, cfg *Con
 func (h *holder) begin(now time.Duration) { h.fill(now) }
 func (h *holder) pending() int            { return len(h.sent) }
 func (h *holder) batchDone(time.Duration) { h.rec.merge(&h.st) }
+func (h *holder) next() time.Duration     { return -1 }
+func (h *holder) fire(time.Duration)      {}
 
 // fill tops the window up to depth requests.
 func (h *holder) fill(now time.Duration) {
-	for len(h.sent) < h.depth && h.next < len(h.keys) && !h.p.stopping.Load() {
-		i := h.keys[h.next]
-		h.next++
+	for len(h.sent) < h.depth && h.nextKey < len(h.keys) && !h.p.stopping.Load() {
+		i := h.keys[h.nextKey]
+		h.nextKey++
 		h.key = appendHoldKey(h.key[:0], int(i))
 		if h.op == codec.OpAcquire {
 			h.req = codec.Request{Op: codec.OpAcquire, Key: h.key, LeaseMs: h.leaseMs, WaitMs: h.waitMs}
@@ -76,7 +78,7 @@ func (h *holder) response(r *codec.Response, now time.Duration) {
 		h.st.done++
 		if h.op == codec.OpAcquire {
 			h.tokens[i] = r.Token
-			h.st.acq = append(h.st.acq, sample{toUs(now - at), true})
+			h.st.add(latAcquire, now-at, true)
 			h.st.measured++
 			h.st.lastDone = now
 		} else {
@@ -175,7 +177,7 @@ func runHold(ctx context.Context, cfg *Config) (*Result, error) {
 			res.Notes = append(res.Notes, fmt.Sprintf("acquiring stopped early (%s): %d of %d held", end.reason, held, cfg.Hold))
 		}
 		rec.mu.Lock()
-		res.AcquireUs = summarize(rec.acq)
+		res.AcquireUs = summarize(rec.hist[latAcquire])
 		rec.mu.Unlock()
 		readRSS(&res.RSSAfter, "after hold")
 	}

@@ -5,19 +5,24 @@ import (
 	"strconv"
 )
 
-// Key names. Every in-flight cycle must use a key of its own (otherwise
-// cycles would queue behind each other and the workload would not be
-// uncontended), so a key names the connection and the slot that owns it:
-// distinct (conn, slot) pairs can never produce the same key, and the owner
-// can be read back from the echoed key without a lookup table.
+// Key names. Every in-flight cycle of the uncontended, mixed and expiry
+// workloads must use a key of its own (otherwise cycles would queue behind
+// each other), so such a key names the connection and the slot that owns
+// it: distinct (conn, slot) pairs can never produce the same key, and the
+// owner can be read back from the echoed key without a lookup table. Each
+// workload has its own prefix, so that a run never waits for a key another
+// workload's run left held.
 const (
-	cyclePrefix = "bench/"
-	holdPrefix  = "bench/hold/"
+	cyclePrefix     = "bench/"
+	mixedPrefix     = "bench/m/"
+	expiryPrefix    = "bench/x/"
+	contendedPrefix = "bench/c/"
+	holdPrefix      = "bench/hold/"
 )
 
-// appendCycleKey appends the key "bench/<conn>/<slot>/<idx>" to dst.
-func appendCycleKey(dst []byte, conn, slot, idx int) []byte {
-	dst = append(dst, cyclePrefix...)
+// appendCycleKey appends the key "<prefix><conn>/<slot>/<idx>" to dst.
+func appendCycleKey(dst []byte, prefix string, conn, slot, idx int) []byte {
+	dst = append(dst, prefix...)
 	dst = strconv.AppendInt(dst, int64(conn), 10)
 	dst = append(dst, '/')
 	dst = strconv.AppendInt(dst, int64(slot), 10)
@@ -26,8 +31,8 @@ func appendCycleKey(dst []byte, conn, slot, idx int) []byte {
 }
 
 // parseCycleKey is the inverse of appendCycleKey.
-func parseCycleKey(key []byte) (conn, slot, idx int, ok bool) {
-	rest, found := bytes.CutPrefix(key, []byte(cyclePrefix))
+func parseCycleKey(prefix string, key []byte) (conn, slot, idx int, ok bool) {
+	rest, found := bytes.CutPrefix(key, []byte(prefix))
 	if !found {
 		return 0, 0, 0, false
 	}
@@ -49,6 +54,68 @@ func parseCycleKey(key []byte) (conn, slot, idx int, ok bool) {
 		return 0, 0, 0, false
 	}
 	return fields[0], fields[1], fields[2], true
+}
+
+// keyspace maps one connection's cycle slots to keys and back.
+type keyspace interface {
+	// appendKey appends the key of the n-th cycle of slot to dst, and
+	// returns the key's number for the token checks (within the slot for
+	// keys of its own, within the run for shared keys).
+	appendKey(dst []byte, slot, n int) ([]byte, int)
+	// slotOf reads back which slot an echoed key belongs to.
+	slotOf(key []byte) (int, bool)
+	// count is the number of distinct keys the run's slots use.
+	count() int
+}
+
+// ownKeys gives every slot of connection conn perSlot keys of its own,
+// used in turn.
+type ownKeys struct {
+	prefix        string
+	conn, perSlot int
+	slots, conns  int
+}
+
+func (k ownKeys) count() int { return k.perSlot * k.slots * k.conns }
+
+func (k ownKeys) appendKey(dst []byte, slot, n int) ([]byte, int) {
+	idx := n % k.perSlot
+	return appendCycleKey(dst, k.prefix, k.conn, slot, idx), idx
+}
+
+func (k ownKeys) slotOf(key []byte) (int, bool) {
+	conn, slot, idx, ok := parseCycleKey(k.prefix, key)
+	return slot, ok && conn == k.conn && slot < k.slots && idx < k.perSlot
+}
+
+// sharedKeys spreads the slots of all connections over keys shared keys:
+// slot s of connection c is client c*depth+s and always uses key number
+// (c*depth+s) mod keys, "<prefix><number>". Since depth <= keys, the slots
+// of one connection have distinct keys, and an answer still names its slot.
+type sharedKeys struct {
+	prefix            string
+	conn, depth, keys int
+}
+
+func (k sharedKeys) count() int { return k.keys }
+
+func (k sharedKeys) appendKey(dst []byte, slot, _ int) ([]byte, int) {
+	idx := (k.conn*k.depth + slot) % k.keys
+	dst = append(dst, k.prefix...)
+	return strconv.AppendInt(dst, int64(idx), 10), idx
+}
+
+func (k sharedKeys) slotOf(key []byte) (int, bool) {
+	rest, found := bytes.CutPrefix(key, []byte(k.prefix))
+	if !found {
+		return 0, false
+	}
+	idx, rest, ok := leadingInt(rest)
+	if !ok || len(rest) != 0 || idx >= k.keys {
+		return 0, false
+	}
+	slot := ((idx-k.conn*k.depth)%k.keys + k.keys) % k.keys
+	return slot, slot < k.depth
 }
 
 // appendHoldKey appends the key "bench/hold/<i>" to dst. Its prefix is not a

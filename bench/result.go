@@ -9,36 +9,84 @@ import (
 )
 
 // Result is the outcome of a run. Latencies are in microseconds, sizes in
-// bytes. Fields after TokenViolations belong to the hold workload.
+// bytes. A field a workload does not produce is left out of the JSON (or
+// zero where noted). Fields after Unit belong to the hold workload.
 type Result struct {
-	Workload string   `json:"workload"`
-	Addrs    []string `json:"addrs"`
-	Conns    int      `json:"conns"`
-	Depth    int      `json:"depth"`
-	// Keys is the number of distinct keys the uncontended cycles rotate over.
+	Workload string `json:"workload"`
+	// Via is how the server was driven: "wire" or "client".
+	Via   string   `json:"via,omitempty"`
+	Addrs []string `json:"addrs"`
+	Conns int      `json:"conns"`
+	Depth int      `json:"depth"`
+	// Keys is the number of distinct keys the cycles use.
 	Keys    int   `json:"keys,omitempty"`
 	LeaseMs int64 `json:"lease_ms"`
 	WaitMs  int64 `json:"wait_ms"`
+	// Rate is the open-loop target in cycles per second over all
+	// connections; 0 (absent) for a closed loop.
+	Rate float64 `json:"rate,omitempty"`
 	// WarmupS and DurationS: the measured span excludes the warm-up. For
 	// hold, DurationS is how long the locks were kept.
 	WarmupS      float64 `json:"warmup_s"`
 	DurationS    float64 `json:"duration_s"`
 	Cycles       int64   `json:"cycles"`
 	CyclesPerSec float64 `json:"cycles_per_sec"`
-	// AcquireUs is from sending A to its OK; CycleUs from sending A to the
-	// OK of the R that followed.
+	// AcquireUs is from sending A (open loop: from when it should have been
+	// sent) to its OK; CycleUs from the same start to the OK of the cycle's
+	// last step.
 	AcquireUs Latency `json:"acquire_us"`
 	CycleUs   Latency `json:"cycle_us"`
+	// ReleaseUs, ExtendUs and QueryUs: from sending R, K or Q to its answer.
+	ReleaseUs *Latency `json:"release_us,omitempty"`
+	ExtendUs  *Latency `json:"extend_us,omitempty"`
+	QueryUs   *Latency `json:"query_us,omitempty"`
+	// OpsPerSec (mixed) counts every request answered OK (or HELD), per
+	// second.
+	OpsPerSec float64 `json:"ops_per_sec,omitempty"`
+	// HandoffsPerSec (contended) is grants per second; HandoffUs is from
+	// sending the R that freed a key to reading the key's next grant, on
+	// whatever connection it arrives.
+	HandoffsPerSec float64  `json:"handoffs_per_sec,omitempty"`
+	HandoffUs      *Latency `json:"handoff_us,omitempty"`
+	// FIFOChecked (contended) is the number of grants checked against the
+	// key's queue; FIFOViolations those that overtook an acquire sent more
+	// than FIFOSlackMs earlier and still waiting (always present; 0 when
+	// nothing was checked).
+	FIFOChecked    int64   `json:"fifo_checked,omitempty"`
+	FIFOViolations int64   `json:"fifo_violations"`
+	FIFOSlackMs    float64 `json:"fifo_slack_ms,omitempty"`
+	// Expiries (expiry) counts grants of keys whose previous holder never
+	// released; ExpiryDelayUs is from the previous grant's lease end (its
+	// OK read plus the lease) to reading the next grant.
+	Expiries       int64    `json:"expiries,omitempty"`
+	ExpiriesPerSec float64  `json:"expiries_per_sec,omitempty"`
+	ExpiryDelayUs  *Latency `json:"expiry_delay_us,omitempty"`
 	// Errors counts answers other than OK by status ("TIMEOUT", "NOTHELD",
 	// "MOVED", "ERR <code>") and failures of the driver's own ("unanswered",
-	// "disconnect", "badresponse", "unpaired", "dial", "stalled").
+	// "disconnect", "badresponse", "unpaired", "dial", "stalled",
+	// "query-mismatch").
 	Errors map[string]int64 `json:"errors"`
 	// TokenViolations counts grants whose token was not greater than the
 	// previous grant's of the same key.
 	TokenViolations int64 `json:"token_violations"`
+	// Behind (open loop) is the number of cycles that were due by the end
+	// and never started: the server did not keep up with Rate.
+	Behind int64 `json:"behind,omitempty"`
 	// Stop says what ended the measured phase: "time", "ops", "canceled",
 	// "stalled" or "finished" (every connection ran out of work).
 	Stop string `json:"stop,omitempty"`
+	// Series is the run second by second, warm-up included: the rate the
+	// progress line shows (Unit) and that second's p50 and p99 of the
+	// latency named by PercentilesOf.
+	Series []Point `json:"series,omitempty"`
+	// Percentiles is the measured distribution of one latency (named by
+	// PercentilesOf: "acquire", or "expiry_delay" for expiry), at fixed
+	// percentiles from 0 (the minimum) to 100 (the maximum).
+	Percentiles   []Percentile `json:"percentiles,omitempty"`
+	PercentilesOf string       `json:"percentiles_of,omitempty"`
+	// Unit names what Series counts per second: "cycles", "hand-offs",
+	// "ops" or "expiries".
+	Unit string `json:"unit,omitempty"`
 
 	Held             int64   `json:"held,omitempty"`
 	HoldSetupS       float64 `json:"hold_setup_s,omitempty"`
@@ -56,14 +104,48 @@ type Result struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
+// behindMuch reports whether an open-loop run ended further behind its
+// schedule than a transient explains: more than one cycle per connection
+// (due in the instant the run stopped) and more than 100ms of the schedule.
+func (r *Result) behindMuch() bool {
+	return r.Rate > 0 && r.Behind > int64(r.Conns) && float64(r.Behind) > r.Rate/10
+}
+
+// Point is one second of a run.
+type Point struct {
+	// T is the end of the second, from the start of the run (warm-up
+	// included).
+	T      float64 `json:"t"`
+	PerSec float64 `json:"per_sec"`
+	P50Us  int64   `json:"p50_us"`
+	P99Us  int64   `json:"p99_us"`
+	// Errors is the total so far.
+	Errors int64 `json:"errors"`
+	Warmup bool  `json:"warmup,omitempty"`
+}
+
+// Percentile is one point of a latency distribution: Q percent of the
+// samples took at most Us microseconds.
+type Percentile struct {
+	Q  float64 `json:"q"`
+	Us int64   `json:"us"`
+}
+
+// Failed reports whether the run saw the server break a promise the
+// benchmark checks (token order, FIFO order), as opposed to merely being
+// slow or erroring.
+func (r *Result) Failed() bool { return r.TokenViolations > 0 || r.FIFOViolations > 0 }
+
 func newResult(cfg *Config) *Result {
 	return &Result{
 		Workload: cfg.Workload,
+		Via:      cfg.Via,
 		Addrs:    cfg.Addrs,
 		Conns:    cfg.Conns,
 		Depth:    cfg.Depth,
 		LeaseMs:  int64(cfg.leaseMs()),
 		WaitMs:   cfg.waitMs(),
+		Rate:     cfg.Rate,
 		WarmupS:  cfg.Warmup.Seconds(),
 		Errors:   map[string]int64{},
 	}
@@ -72,8 +154,12 @@ func newResult(cfg *Config) *Result {
 // WriteText writes a human summary of r.
 func (r *Result) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "workload %s: %d conns x depth %d against %s, lease %dms, wait %dms\n",
-		r.Workload, r.Conns, r.Depth, strings.Join(r.Addrs, ","), r.LeaseMs, r.WaitMs)
+	via := ""
+	if r.Via == ViaClient {
+		via = " through the Go client"
+	}
+	fmt.Fprintf(&b, "workload %s: %d conns x depth %d against %s%s, lease %dms, wait %dms\n",
+		r.Workload, r.Conns, r.Depth, strings.Join(r.Addrs, ","), via, r.LeaseMs, r.WaitMs)
 	switch r.Workload {
 	case WorkloadHold:
 		if r.Held > 0 || r.HoldSetupS > 0 {
@@ -99,12 +185,35 @@ func (r *Result) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "kept         %.1fs; released %d\n", r.DurationS, r.Released)
 	default:
 		fmt.Fprintf(&b, "measured     %.2fs after %.1fs warm-up (%s), %d keys\n", r.DurationS, r.WarmupS, stopText(r.Stop), r.Keys)
+		if r.Rate > 0 {
+			fmt.Fprintf(&b, "open loop    target %.0f cycles/s; latency from each cycle's intended start", r.Rate)
+			if r.behindMuch() {
+				fmt.Fprintf(&b, "; FELL BEHIND by %d cycles", r.Behind)
+			}
+			b.WriteString("\n")
+		}
 		fmt.Fprintf(&b, "cycles       %d (%.0f/s)\n", r.Cycles, r.CyclesPerSec)
+		switch r.Workload {
+		case WorkloadContended:
+			fmt.Fprintf(&b, "hand-offs    %.0f/s\n", r.HandoffsPerSec)
+		case WorkloadMixed:
+			fmt.Fprintf(&b, "requests     %.0f/s answered OK (A, K, Q, R: a quarter each)\n", r.OpsPerSec)
+		case WorkloadExpiry:
+			fmt.Fprintf(&b, "expiries     %d (%.0f/s): grants of keys whose holder never released\n", r.Expiries, r.ExpiriesPerSec)
+		}
 		writeLatency(&b, r)
 		if r.TokenViolations == 0 {
 			b.WriteString("tokens       every grant's token greater than the key's previous one\n")
 		} else {
 			fmt.Fprintf(&b, "tokens       %d VIOLATIONS: a key was granted a token not greater than before\n", r.TokenViolations)
+		}
+		if r.FIFOChecked > 0 || r.FIFOViolations > 0 {
+			if r.FIFOViolations == 0 {
+				fmt.Fprintf(&b, "FIFO         %d grants, none overtook an acquire sent more than %gms earlier\n", r.FIFOChecked, r.FIFOSlackMs)
+			} else {
+				fmt.Fprintf(&b, "FIFO         %d VIOLATIONS in %d grants: granted ahead of an acquire sent more than %gms earlier\n",
+					r.FIFOViolations, r.FIFOChecked, r.FIFOSlackMs)
+			}
 		}
 	}
 	b.WriteString("errors       ")
@@ -158,6 +267,14 @@ func writeLatency(b *strings.Builder, r *Result) {
 			fmtUs(l.P50), fmtUs(l.P90), fmtUs(l.P99), fmtUs(l.P999), fmtUs(l.Max), fmtUs(int64(l.Mean)))
 	}
 	row("acquire", r.AcquireUs)
+	for _, o := range []struct {
+		name string
+		l    *Latency
+	}{{"extend", r.ExtendUs}, {"query", r.QueryUs}, {"release", r.ReleaseUs}, {"hand-off", r.HandoffUs}, {"expiry", r.ExpiryDelayUs}} {
+		if o.l != nil {
+			row(o.name, *o.l)
+		}
+	}
 	row("cycle", r.CycleUs)
 }
 

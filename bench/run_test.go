@@ -215,3 +215,185 @@ func TestHoldKeep(t *testing.T) {
 		t.Fatalf("held %d, released %d, server holds %d", res.Held, res.Released, srv.Held())
 	}
 }
+
+func TestContendedAgainstFake(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		lifo bool
+	}{{"fifo server", false}, {"lifo server", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := startFake(t, benchtest.Options{Queue: true, LIFO: c.lifo})
+			var progress bytes.Buffer
+			res, err := Run(context.Background(), Config{
+				Addrs: []string{srv.Addr()}, Conns: 8, Depth: 1, Keys: 1,
+				Workload: WorkloadContended, Duration: time.Second, Warmup: 100 * time.Millisecond,
+				// The fake hands off within microseconds: a small slack
+				// still tells a LIFO queue from a FIFO one.
+				FIFOSlack: 50 * time.Millisecond, Progress: &progress,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Cycles == 0 || res.HandoffsPerSec <= 0 || res.FIFOChecked < res.Cycles || res.HandoffUs == nil {
+				t.Fatalf("no hand-offs: %+v", res)
+			}
+			if len(res.Errors) != 0 || res.TokenViolations != 0 || res.Keys != 1 {
+				t.Fatalf("errors %v, token violations %d, keys %d", res.Errors, res.TokenViolations, res.Keys)
+			}
+			if c.lifo != (res.FIFOViolations > 0) || c.lifo != res.Failed() {
+				t.Fatalf("LIFO %v: %d FIFO violations in %d grants", c.lifo, res.FIFOViolations, res.FIFOChecked)
+			}
+			if srv.Held() != 0 {
+				t.Errorf("%d keys left held", srv.Held())
+			}
+			if !strings.Contains(progress.String(), "hand-offs/s") {
+				t.Errorf("progress: %q", progress.String())
+			}
+			var text bytes.Buffer
+			_ = res.WriteText(&text)
+			if want := map[bool]string{false: "none overtook", true: "VIOLATIONS"}[c.lifo]; !strings.Contains(text.String(), want) {
+				t.Errorf("summary lacks %q:\n%s", want, text.String())
+			}
+		})
+	}
+}
+
+func TestContendedSeveralKeysAndDepth(t *testing.T) {
+	srv := startFake(t, benchtest.Options{Queue: true})
+	res, err := Run(context.Background(), Config{
+		Addrs: []string{srv.Addr()}, Conns: 6, Depth: 3, Keys: 4,
+		Workload: WorkloadContended, Duration: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cycles == 0 || len(res.Errors) != 0 || res.Failed() || srv.Held() != 0 {
+		t.Fatalf("cycles %d errors %v fifo %d tokens %d held %d", res.Cycles, res.Errors, res.FIFOViolations, res.TokenViolations, srv.Held())
+	}
+}
+
+func TestMixedAgainstFake(t *testing.T) {
+	srv := startFake(t, benchtest.Options{})
+	res, err := Run(context.Background(), Config{
+		Addrs: []string{srv.Addr()}, Conns: 2, Depth: 4, Keys: 100,
+		Workload: WorkloadMixed, Duration: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Cycles == 0 || len(res.Errors) != 0 || res.Failed() {
+		t.Fatalf("cycles %d errors %v", res.Cycles, res.Errors)
+	}
+	// Four answered requests per cycle, plus those of cycles under way.
+	if res.OpsPerSec < 4*res.CyclesPerSec || res.OpsPerSec > 4*res.CyclesPerSec*1.1+100 {
+		t.Errorf("ops/s %.0f for %.0f cycles/s", res.OpsPerSec, res.CyclesPerSec)
+	}
+	for name, l := range map[string]*Latency{"release": res.ReleaseUs, "extend": res.ExtendUs, "query": res.QueryUs} {
+		if l == nil || l.Count < res.Cycles {
+			t.Errorf("%s latency %+v for %d cycles", name, l, res.Cycles)
+		}
+	}
+}
+
+func TestOpenLoopRate(t *testing.T) {
+	srv := startFake(t, benchtest.Options{})
+	res, err := Run(context.Background(), Config{
+		Addrs: []string{srv.Addr()}, Conns: 4, Depth: 4, Keys: 1000,
+		Workload: WorkloadUncontended, Duration: 1500 * time.Millisecond, Warmup: 200 * time.Millisecond, Rate: 2000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fake is far faster than 2000 cycles/s: the rate is the limit.
+	if res.CyclesPerSec < 1800 || res.CyclesPerSec > 2200 || res.Behind > 4 || len(res.Notes) != 0 || len(res.Errors) != 0 {
+		t.Fatalf("%.0f cycles/s at rate 2000, behind %d, errors %v, notes %v", res.CyclesPerSec, res.Behind, res.Errors, res.Notes)
+	}
+	if len(res.Series) < 1 || res.Rate != 2000 {
+		t.Fatalf("series %v, rate %v", res.Series, res.Rate)
+	}
+}
+
+// A server slower than the rate: the open loop falls behind, and the
+// latency counts the time cycles waited for a slot (coordinated omission).
+func TestOpenLoopCountsQueueing(t *testing.T) {
+	srv := startFake(t, benchtest.Options{})
+	closed, err := Run(context.Background(), Config{
+		Addrs: []string{srv.Addr()}, Conns: 1, Depth: 1, Keys: 10,
+		Workload: WorkloadUncontended, Duration: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Twice what one cycle in flight can do.
+	rate := 2 * closed.CyclesPerSec
+	res, err := Run(context.Background(), Config{
+		Addrs: []string{srv.Addr()}, Conns: 1, Depth: 1, Keys: 10,
+		Workload: WorkloadUncontended, Duration: 500 * time.Millisecond, Rate: rate,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Behind == 0 || res.AcquireUs.P99 < 10*closed.AcquireUs.P99 {
+		t.Fatalf("rate %.0f against a %.0f cycles/s server: behind %d, p99 %dus (closed loop %dus)",
+			rate, closed.CyclesPerSec, res.Behind, res.AcquireUs.P99, closed.AcquireUs.P99)
+	}
+}
+
+func TestOpenLoopLowRateEndsPromptly(t *testing.T) {
+	srv := startFake(t, benchtest.Options{})
+	start := time.Now()
+	res, err := Run(context.Background(), Config{
+		Addrs: []string{srv.Addr()}, Conns: 8, Depth: 1, Keys: 10,
+		Workload: WorkloadUncontended, Duration: 300 * time.Millisecond, Rate: 1, // one cycle every 8s per connection
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("took %v: waiting connections must notice the end", el)
+	}
+	if res.Stop != endTime || len(res.Errors) != 0 {
+		t.Fatalf("stop %q, errors %v", res.Stop, res.Errors)
+	}
+}
+
+func TestViaClientAgainstFake(t *testing.T) {
+	for _, c := range []struct {
+		workload           string
+		conns, depth, keys int
+	}{{WorkloadUncontended, 2, 3, 100}, {WorkloadContended, 6, 1, 1}} {
+		t.Run(c.workload, func(t *testing.T) {
+			srv := startFake(t, benchtest.Options{Queue: true})
+			var progress bytes.Buffer
+			res, err := Run(context.Background(), Config{
+				Addrs: []string{srv.Addr()}, Conns: c.conns, Depth: c.depth, Keys: c.keys, Via: ViaClient,
+				Workload: c.workload, Duration: time.Second, Warmup: 100 * time.Millisecond, Progress: &progress,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Cycles == 0 || len(res.Errors) != 0 || res.Failed() || res.Via != ViaClient || res.ReleaseUs == nil {
+				t.Fatalf("cycles %d errors %v fifo %d tokens %d via %q", res.Cycles, res.Errors, res.FIFOViolations, res.TokenViolations, res.Via)
+			}
+			if c.workload == WorkloadContended && (res.FIFOChecked == 0 || res.HandoffUs == nil) {
+				t.Fatalf("contended: %d grants checked, hand-off %v", res.FIFOChecked, res.HandoffUs)
+			}
+			if srv.Held() != 0 {
+				t.Errorf("%d keys left held", srv.Held())
+			}
+			if !strings.Contains(progress.String(), res.Unit+"/s") {
+				t.Errorf("progress %q", progress.String())
+			}
+		})
+	}
+	for _, bad := range []Config{
+		{Workload: WorkloadMixed, Via: ViaClient},
+		{Workload: WorkloadUncontended, Via: ViaClient, Rate: 10},
+		{Workload: WorkloadUncontended, Via: "carrier pigeon"},
+	} {
+		bad.Addrs, bad.Conns, bad.Depth, bad.Keys, bad.Duration = []string{"127.0.0.1:1"}, 1, 1, 1, time.Second
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v: want an error", bad)
+		}
+	}
+}

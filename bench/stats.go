@@ -5,6 +5,7 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/baton-dev/baton/codec"
 )
 
 // Histogram range: 1 us to 60 s at 3 significant digits. Latencies outside
@@ -55,31 +56,65 @@ func summarize(h *hdrhistogram.Histogram) Latency {
 
 // Error kinds that are not a server's status word.
 const (
-	errUnanswered  = "unanswered"  // no answer before the drain deadline
-	errDisconnect  = "disconnect"  // the connection failed
-	errBadResponse = "badresponse" // a line the codec rejects
-	errUnpaired    = "unpaired"    // an answer to nothing we sent
-	errDial        = "dial"        // an idle connection could not be opened
+	errUnanswered    = "unanswered"     // no answer before the drain deadline
+	errDisconnect    = "disconnect"     // the connection failed
+	errBadResponse   = "badresponse"    // a line the codec rejects
+	errUnpaired      = "unpaired"       // an answer to nothing we sent
+	errDial          = "dial"           // an idle connection could not be opened
+	errQueryMismatch = "query-mismatch" // mixed: Q of our own held key did not say HELD with our token
 )
 
-// sample is one acquire latency; only measured ones go into the totals, but
-// all go into the per-second view so that warm-up can be watched.
+// What a latency sample measures. Every kind has its own histogram; the
+// workload picks the one its progress line shows.
+const (
+	latAcquire = iota // A sent (open loop: intended) -> its OK
+	latRelease        // R sent -> its OK
+	latExtend         // K sent -> its OK
+	latQuery          // Q sent -> its answer
+	latCycle          // cycle start (as latAcquire) -> the OK of its last step
+	latHandoff        // contended: the R that freed a key sent -> the key's next grant read
+	latExpiry         // expiry: a grant read plus its lease -> the key's next grant read
+	numLat
+)
+
+// opLat is the latency kind of an answer to op.
+func opLat(op byte) int {
+	switch op {
+	case codec.OpRelease:
+		return latRelease
+	case codec.OpExtend:
+		return latExtend
+	case codec.OpQuery:
+		return latQuery
+	}
+	return latAcquire
+}
+
+// sample is one latency; only measured ones go into the totals, but all go
+// into the per-second view so that warm-up can be watched.
 type sample struct {
-	us       int64
+	kind     uint8
 	measured bool
+	us       int64
 }
 
 // connStats is what one connection's goroutine gathers between two merges.
 // It is owned by that goroutine, so recording costs no lock; merge moves it
 // into the shared recorder once per read batch.
 type connStats struct {
-	acq        []sample
-	cyc        []int64 // measured cycle latencies, us
-	done       int64   // cycles (hold: acquires) completed, warm-up included
-	measured   int64   // measured cycles completed
+	lat        []sample
+	done       int64 // cycles (hold: acquires) completed, warm-up included
+	measured   int64 // measured cycles completed
+	requests   int64 // measured answers that were OK (mixed: ops/s)
+	expiries   int64 // measured grants that followed an unreleased grant
 	lastDone   time.Duration
 	errs       map[string]int64
-	violations int64
+	violations int64 // token order
+	fifo       int64 // FIFO order
+}
+
+func (s *connStats) add(kind int, d time.Duration, measured bool) {
+	s.lat = append(s.lat, sample{uint8(kind), measured, toUs(d)})
 }
 
 func (s *connStats) addErr(kind string, n int64) {
@@ -91,51 +126,56 @@ func (s *connStats) addErr(kind string, n int64) {
 
 // recorder is the run's shared statistics.
 type recorder struct {
-	mu         sync.Mutex
-	acq, cyc   *hdrhistogram.Histogram // measured
-	tickAcq    *hdrhistogram.Histogram // since the last progress line
-	tickDone   int64
-	measured   int64
-	lastDone   time.Duration // when the last measured cycle completed
-	errs       map[string]int64
-	errTotal   int64
-	violations int64
+	mu       sync.Mutex
+	hist     [numLat]*hdrhistogram.Histogram // measured
+	tickKind int                             // the kind the progress line shows
+	tickHist *hdrhistogram.Histogram         // since the last progress line
+	tickDone int64
+	measured int64
+	requests int64
+	expiries int64
+	lastDone time.Duration // when the last measured cycle completed
+	errs     map[string]int64
+	errTotal int64
+	// violations and fifo count token-order and FIFO-order failures.
+	violations, fifo int64
 }
 
 func newRecorder() *recorder {
-	return &recorder{
-		acq:     newHistogram(),
-		cyc:     newHistogram(),
-		tickAcq: newHistogram(),
-		errs:    make(map[string]int64),
+	r := &recorder{tickHist: newHistogram(), errs: make(map[string]int64)}
+	for i := range r.hist {
+		r.hist[i] = newHistogram()
 	}
+	return r
 }
 
 // merge moves s into r and resets s.
 func (r *recorder) merge(s *connStats) {
 	r.mu.Lock()
-	for _, a := range s.acq {
-		_ = r.tickAcq.RecordValue(a.us) // in range: toUs clamps
-		if a.measured {
-			_ = r.acq.RecordValue(a.us)
+	for _, a := range s.lat {
+		// In range: toUs clamps.
+		if int(a.kind) == r.tickKind {
+			_ = r.tickHist.RecordValue(a.us)
 		}
-	}
-	for _, c := range s.cyc {
-		_ = r.cyc.RecordValue(c)
+		if a.measured {
+			_ = r.hist[a.kind].RecordValue(a.us)
+		}
 	}
 	r.tickDone += s.done
 	r.measured += s.measured
+	r.requests += s.requests
+	r.expiries += s.expiries
 	r.lastDone = max(r.lastDone, s.lastDone)
 	for k, n := range s.errs {
 		r.errs[k] += n
 		r.errTotal += n
 	}
 	r.violations += s.violations
+	r.fifo += s.fifo
 	r.mu.Unlock()
 
-	s.acq = s.acq[:0]
-	s.cyc = s.cyc[:0]
-	s.done, s.measured, s.violations = 0, 0, 0
+	s.lat = s.lat[:0]
+	s.done, s.measured, s.requests, s.expiries, s.violations, s.fifo = 0, 0, 0, 0, 0, 0
 	clear(s.errs)
 }
 
@@ -153,7 +193,7 @@ func (r *recorder) addErr(kind string, n int64) {
 // tick is the view of one progress interval.
 type tick struct {
 	done     int64
-	p50, p99 int64 // acquire latency, us; 0 when there was none
+	p50, p99 int64 // of the recorder's tick kind, us; 0 when there was none
 	errTotal int64 // since the start
 }
 
@@ -162,12 +202,12 @@ func (r *recorder) takeTick() tick {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := tick{done: r.tickDone, errTotal: r.errTotal}
-	if r.tickAcq.TotalCount() > 0 {
-		t.p50 = r.tickAcq.ValueAtQuantile(50)
-		t.p99 = r.tickAcq.ValueAtQuantile(99)
+	if r.tickHist.TotalCount() > 0 {
+		t.p50 = r.tickHist.ValueAtQuantile(50)
+		t.p99 = r.tickHist.ValueAtQuantile(99)
 	}
 	r.tickDone = 0
-	r.tickAcq.Reset()
+	r.tickHist.Reset()
 	return t
 }
 
@@ -182,3 +222,53 @@ func (r *recorder) errors() map[string]int64 {
 	}
 	return m
 }
+
+// percentilePoints are the quantiles the latency distribution is reported
+// at (Result.Percentiles and the plot): dense towards the tail, where a
+// lock service's problems show.
+var percentilePoints = []float64{0, 10, 20, 30, 40, 50, 60, 70, 75, 80, 85, 90, 92.5, 95, 96, 97, 98, 99,
+	99.5, 99.75, 99.9, 99.95, 99.99, 99.999, 100}
+
+// percentiles reads the latency distribution out of h at percentilePoints;
+// nil when h is empty.
+func percentiles(h *hdrhistogram.Histogram) []Percentile {
+	if h.TotalCount() == 0 {
+		return nil
+	}
+	ps := make([]Percentile, 0, len(percentilePoints))
+	for _, q := range percentilePoints {
+		var v int64
+		switch q {
+		case 0:
+			v = h.Min()
+		case 100:
+			v = h.Max()
+		default:
+			v = h.ValueAtQuantile(q)
+		}
+		ps = append(ps, Percentile{Q: q, Us: v})
+	}
+	return ps
+}
+
+// Histogram is a latency histogram with the range and precision of baton
+// bench's own (1 us to 60 s, 3 significant digits), for load drivers
+// outside this package (the peer comparisons in tools/compare), so that
+// their figures are computed exactly as baton's are. It is not safe for
+// concurrent use: give each goroutine its own and Merge them.
+type Histogram struct{ h *hdrhistogram.Histogram }
+
+// NewHistogram returns an empty Histogram.
+func NewHistogram() *Histogram { return &Histogram{newHistogram()} }
+
+// Record adds one latency; values outside the range are clamped to it.
+func (h *Histogram) Record(d time.Duration) { _ = h.h.RecordValue(toUs(d)) }
+
+// Merge adds every sample of o to h.
+func (h *Histogram) Merge(o *Histogram) { h.h.Merge(o.h) }
+
+// Summary is h's count, mean and percentiles, as in Result.
+func (h *Histogram) Summary() Latency { return summarize(h.h) }
+
+// Percentiles is h's distribution, as in Result.Percentiles.
+func (h *Histogram) Percentiles() []Percentile { return percentiles(h.h) }

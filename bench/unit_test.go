@@ -90,24 +90,47 @@ func TestToUsClamps(t *testing.T) {
 func TestRecorderMerge(t *testing.T) {
 	r := newRecorder()
 	s := &connStats{}
-	s.acq = append(s.acq, sample{100, false}, sample{200, true})
-	s.cyc = append(s.cyc, 300)
-	s.done, s.measured, s.lastDone = 2, 1, time.Second
+	s.add(latAcquire, 100*time.Microsecond, false)
+	s.add(latAcquire, 200*time.Microsecond, true)
+	s.add(latCycle, 300*time.Microsecond, true)
+	s.add(latHandoff, 50*time.Microsecond, true)
+	s.done, s.measured, s.requests, s.lastDone = 2, 1, 3, time.Second
 	s.addErr("TIMEOUT", 2)
-	s.violations = 1
+	s.violations, s.fifo = 1, 4
 	r.merge(s)
-	if len(s.acq)+len(s.cyc) != 0 || s.done != 0 || s.errs["TIMEOUT"] != 0 || s.violations != 0 {
+	if len(s.lat) != 0 || s.done != 0 || s.requests != 0 || s.errs["TIMEOUT"] != 0 || s.violations != 0 || s.fifo != 0 {
 		t.Fatalf("merge did not reset the connection's stats: %+v", s)
 	}
-	if r.acq.TotalCount() != 1 || r.cyc.TotalCount() != 1 || r.measured != 1 || r.violations != 1 {
-		t.Fatalf("totals: acq %d cyc %d measured %d violations %d", r.acq.TotalCount(), r.cyc.TotalCount(), r.measured, r.violations)
+	if r.hist[latAcquire].TotalCount() != 1 || r.hist[latCycle].TotalCount() != 1 || r.hist[latHandoff].TotalCount() != 1 ||
+		r.measured != 1 || r.requests != 3 || r.violations != 1 || r.fifo != 4 {
+		t.Fatalf("totals: acq %d cyc %d measured %d violations %d fifo %d", r.hist[latAcquire].TotalCount(),
+			r.hist[latCycle].TotalCount(), r.measured, r.violations, r.fifo)
 	}
 	tk := r.takeTick()
 	if tk.done != 2 || tk.errTotal != 2 || tk.p50 < 99 || tk.p50 > 101 || tk.p99 < 199 || tk.p99 > 201 {
-		t.Fatalf("tick: %+v (warm-up samples belong in the per-second view)", tk)
+		t.Fatalf("tick: %+v (warm-up samples belong in the per-second view, other kinds do not)", tk)
 	}
 	if tk := r.takeTick(); tk.done != 0 || tk.p50 != 0 || tk.errTotal != 2 {
 		t.Fatalf("second tick: %+v", tk)
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	h := newHistogram()
+	if percentiles(h) != nil {
+		t.Fatal("empty histogram: want no percentiles")
+	}
+	for v := int64(1); v <= 1000; v++ {
+		_ = h.RecordValue(v)
+	}
+	ps := percentiles(h)
+	if len(ps) != len(percentilePoints) || ps[0].Us != 1 || ps[len(ps)-1].Q != 100 || ps[len(ps)-1].Us != 1000 {
+		t.Fatalf("percentiles %+v", ps)
+	}
+	for i := 1; i < len(ps); i++ {
+		if ps[i].Q <= ps[i-1].Q || ps[i].Us < ps[i-1].Us {
+			t.Fatalf("not increasing at %d: %+v", i, ps)
+		}
 	}
 }
 
@@ -124,14 +147,23 @@ func TestCycleKeysDistinct(t *testing.T) {
 		}
 		seen[string(key)] = who
 	}
-	for conn := range 12 {
-		for slot := range 11 {
-			for idx := range 13 {
-				buf = appendCycleKey(buf[:0], conn, slot, idx)
-				add(buf, fmt.Sprintf("cycle %d/%d/%d", conn, slot, idx))
-				c, s, i, ok := parseCycleKey(buf)
-				if !ok || c != conn || s != slot || i != idx {
-					t.Fatalf("parseCycleKey(%q) = %d %d %d %v", buf, c, s, i, ok)
+	for _, prefix := range []string{cyclePrefix, mixedPrefix, expiryPrefix} {
+		for conn := range 12 {
+			ks := ownKeys{prefix: prefix, conn: conn, perSlot: 13, slots: 11}
+			for slot := range 11 {
+				for n := range 13 {
+					var idx int
+					buf, idx = ks.appendKey(buf[:0], slot, n)
+					add(buf, fmt.Sprintf("%s %d/%d/%d", prefix, conn, slot, n))
+					if idx != n {
+						t.Fatalf("key number %d for cycle %d", idx, n)
+					}
+					if got, ok := ks.slotOf(buf); !ok || got != slot {
+						t.Fatalf("slotOf(%q) = %d %v", buf, got, ok)
+					}
+					if _, ok := (ownKeys{prefix: prefix, conn: conn + 1, perSlot: 13, slots: 11}).slotOf(buf); ok {
+						t.Fatalf("%q belongs to another connection too", buf)
+					}
 				}
 			}
 		}
@@ -142,19 +174,56 @@ func TestCycleKeysDistinct(t *testing.T) {
 		if n, ok := parseHoldKey(buf); !ok || n != i {
 			t.Fatalf("parseHoldKey(%q) = %d %v", buf, n, ok)
 		}
-		if _, _, _, ok := parseCycleKey(buf); ok {
+		if _, _, _, ok := parseCycleKey(cyclePrefix, buf); ok {
 			t.Fatalf("hold key %q parses as a cycle key", buf)
 		}
 	}
-	if k := appendCycleKey(nil, maxConns, maxDepth, maxKeys); len(k) > codec.MaxKey {
+	for _, p := range []string{mixedPrefix, expiryPrefix, contendedPrefix} {
+		if _, _, _, ok := parseCycleKey(cyclePrefix, []byte(p+"1/2/3")); ok {
+			t.Fatalf("a %s key parses as an uncontended one", p)
+		}
+	}
+	if k := appendCycleKey(nil, mixedPrefix, maxConns, maxDepth, maxKeys); len(k) > codec.MaxKey {
 		t.Fatalf("longest cycle key %q is too long", k)
+	}
+}
+
+func TestSharedKeys(t *testing.T) {
+	for _, c := range []struct{ conns, depth, keys int }{{16, 1, 1}, {16, 1, 4}, {5, 3, 3}, {4, 4, 7}, {3, 2, 16}} {
+		perKey := make([]int, c.keys)
+		for conn := range c.conns {
+			ks := sharedKeys{prefix: contendedPrefix, conn: conn, depth: c.depth, keys: c.keys}
+			mine := map[string]bool{}
+			for slot := range c.depth {
+				key, idx := ks.appendKey(nil, slot, 7)
+				if mine[string(key)] {
+					t.Fatalf("%+v: conn %d uses %q twice", c, conn, key)
+				}
+				mine[string(key)] = true
+				perKey[idx]++
+				if got, ok := ks.slotOf(key); !ok || got != slot {
+					t.Fatalf("%+v: slotOf(%q) = %d %v, want %d", c, key, got, ok, slot)
+				}
+			}
+		}
+		for k, n := range perKey {
+			if want := c.conns * c.depth / c.keys; n < want || n > want+1 {
+				t.Errorf("%+v: key %d has %d clients, want about %d", c, k, n, want)
+			}
+		}
+	}
+	ks := sharedKeys{prefix: contendedPrefix, conn: 0, depth: 2, keys: 4}
+	for _, k := range []string{"bench/c/4", "bench/c/2", "bench/c/01", "bench/c/", "bench/1/2/3", "bench/c/1x"} {
+		if _, ok := ks.slotOf([]byte(k)); ok {
+			t.Errorf("slotOf(%q) accepted", k)
+		}
 	}
 }
 
 func TestParseKeysRejects(t *testing.T) {
 	for _, k := range []string{"", "bench/", "bench/1/2", "bench/1/2/3/4", "bench/01/2/3", "bench/1//3",
 		"bench/1/2/3x", "bench/-1/2/3", "other/1/2/3", "bench/hold/1", "bench/1/2/99999999999999999999"} {
-		if _, _, _, ok := parseCycleKey([]byte(k)); ok {
+		if _, _, _, ok := parseCycleKey(cyclePrefix, []byte(k)); ok {
 			t.Errorf("parseCycleKey(%q) accepted", k)
 		}
 	}
@@ -227,5 +296,21 @@ func TestFmtUs(t *testing.T) {
 	}
 	if !strings.HasSuffix(fmtBytes(3<<20), "MiB") {
 		t.Error("fmtBytes")
+	}
+}
+
+func TestExportedHistogram(t *testing.T) {
+	a, b := NewHistogram(), NewHistogram()
+	for i := 1; i <= 100; i++ {
+		a.Record(time.Duration(i) * time.Millisecond)
+	}
+	b.Record(time.Hour) // clamped, not dropped
+	a.Merge(b)
+	s := a.Summary()
+	if s.Count != 101 || s.P50 < 50_000 || s.P50 > 51_100 || s.Max < histMaxUs*999/1000 {
+		t.Fatalf("summary %+v", s)
+	}
+	if ps := a.Percentiles(); len(ps) != len(percentilePoints) || ps[0].Us < 999 || ps[0].Us > 1001 {
+		t.Fatalf("percentiles %+v", ps)
 	}
 }

@@ -92,7 +92,18 @@ type handler interface {
 	batchDone(now time.Duration)
 	// pending is the number of requests sent and not answered yet.
 	pending() int
+	// next is the phase offset at which the handler wants fire to be called
+	// (an open-loop schedule), or a negative value when it waits for
+	// nothing but answers.
+	next() time.Duration
+	// fire appends the requests that are due at now.
+	fire(now time.Duration)
 }
+
+// pollInterval bounds how long a connection that waits for its schedule
+// blocks in a read, so that it notices the end of the phase promptly even
+// when its next send is far away (a low --rate over many connections).
+const pollInterval = 100 * time.Millisecond
 
 // badResponseError wraps a response the codec rejects; the connection is then
 // dropped, since the two ends no longer agree on the stream.
@@ -100,8 +111,11 @@ type badResponseError struct{ err error }
 
 func (e badResponseError) Error() string { return "bad response: " + e.err.Error() }
 
-// drive runs h on w until nothing is pending: one read, every complete line
-// handled, one write, repeat.
+// drive runs h on w until nothing is pending and nothing is scheduled: one
+// read, every complete line handled, one write, repeat. A handler with a
+// schedule (see handler.next) is woken by a read deadline at its next send
+// time; the phase's drain deadline (set by the controller when it halts)
+// still ends the last reads.
 func (w *wire) drive(h handler, p *phase) error {
 	now := p.now()
 	h.begin(now)
@@ -109,7 +123,27 @@ func (w *wire) drive(h handler, p *phase) error {
 	if err := w.flush(); err != nil {
 		return err
 	}
-	for h.pending() > 0 {
+	armed := false // a schedule deadline of ours is set
+	for {
+		stopping := p.stopping.Load()
+		due := h.next()
+		if h.pending() == 0 && (stopping || due < 0) {
+			return nil
+		}
+		switch {
+		case stopping:
+			// The controller wakes every reader when it halts (an
+			// immediate deadline); from then on reads wait for the
+			// drain deadline, set again on each read since the wake-up
+			// may land after ours.
+			_ = w.nc.SetReadDeadline(p.drainDeadline())
+		case due >= 0:
+			_ = w.nc.SetReadDeadline(p.base.Add(min(due, p.now()+pollInterval)))
+			armed = true
+		case armed:
+			_ = w.nc.SetReadDeadline(time.Time{})
+			armed = false
+		}
 		if w.r == w.w {
 			w.r, w.w = 0, 0
 		} else if w.w == len(w.in) {
@@ -137,16 +171,23 @@ func (w *wire) drive(h handler, p *phase) error {
 				h.response(&w.resp, now)
 			}
 			p.responses.Add(lines)
-			h.batchDone(now)
-			if err := w.flush(); err != nil {
+		}
+		if err != nil {
+			// A timeout of our own deadline is the schedule's wake-up; only
+			// the drain deadline passing is a failure.
+			if !errors.Is(err, os.ErrDeadlineExceeded) || (p.stopping.Load() && !time.Now().Before(p.drainDeadline())) {
 				return err
 			}
 		}
-		if err != nil {
+		now = p.now()
+		if !p.stopping.Load() && h.next() >= 0 {
+			h.fire(now)
+		}
+		h.batchDone(now)
+		if err := w.flush(); err != nil {
 			return err
 		}
 	}
-	return nil
 }
 
 func (w *wire) flush() error {
@@ -163,6 +204,7 @@ func (w *wire) flush() error {
 type phase struct {
 	base      time.Time
 	stopping  atomic.Bool  // handlers start no new work once set
+	drainAt   atomic.Int64 // unix nanoseconds: when the drain ends; set before stopping
 	responses atomic.Int64 // answers so far, to detect a stall
 	opsDone   chan struct{}
 	opsOnce   sync.Once
@@ -174,6 +216,10 @@ func newPhase() *phase {
 
 // now is the time since the phase began; one clock read per batch.
 func (p *phase) now() time.Duration { return time.Since(p.base) }
+
+// drainDeadline is when outstanding answers stop being awaited; valid once
+// stopping is set.
+func (p *phase) drainDeadline() time.Time { return time.Unix(0, p.drainAt.Load()) }
 
 // finishOps tells the controller that the operation budget is used up.
 func (p *phase) finishOps() { p.opsOnce.Do(func() { close(p.opsDone) }) }
@@ -230,7 +276,30 @@ func (p *phase) run(ctx context.Context, wires []*wire, hs []handler, rec *recor
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	return p.control(ctx, done, rec, o, func(dl time.Time) {
+		// Every reader wakes up now, sees the phase stopping, and waits for
+		// its outstanding answers until dl (or leaves, with none); a
+		// writer blocked on a full socket gives up at dl.
+		now := time.Now()
+		for _, w := range wires {
+			_ = w.nc.SetWriteDeadline(dl)
+			_ = w.nc.SetReadDeadline(now)
+		}
+	}, func() {
+		// A deadline should have ended every read and write; closing is
+		// the last resort that cannot be ignored.
+		closeAll(wires)
+	})
+}
 
+// control is a phase's controller: it decides when the workers (which
+// close done when they have all returned) stop starting new work: at the
+// end time, when the ops budget is used up, when ctx is cancelled, or when
+// nothing was answered for o.stall. Then it calls halt with the drain
+// deadline, by which outstanding requests must be answered, and force a
+// second after that deadline if the workers are still not done. It calls
+// o.tick every second, and returns once done is closed.
+func (p *phase) control(ctx context.Context, done <-chan struct{}, rec *recorder, o phaseOpts, halt func(drainAt time.Time), force func()) phaseEnd {
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
 	var endC <-chan time.Time
@@ -241,20 +310,16 @@ func (p *phase) run(ctx context.Context, wires []*wire, hs []handler, rec *recor
 	}
 	var forceC <-chan time.Time
 	var res phaseEnd
-	halt := func(reason string) {
-		if p.stopping.Swap(true) {
+	stop := func(reason string) {
+		if p.stopping.Load() {
 			return
 		}
-		res = phaseEnd{haltAt: p.now(), reason: reason}
-		// Waking the readers is not needed: each still has requests in
-		// flight, and will exit once they are answered or the deadline
-		// passes.
 		dl := time.Now().Add(drainTimeout)
-		for _, w := range wires {
-			_ = w.nc.SetDeadline(dl)
-		}
-		t := time.NewTimer(drainTimeout + time.Second)
-		forceC = t.C
+		p.drainAt.Store(dl.UnixNano())
+		p.stopping.Store(true)
+		res = phaseEnd{haltAt: p.now(), reason: reason}
+		halt(dl)
+		forceC = time.NewTimer(drainTimeout + time.Second).C
 	}
 	ctxC, opsC := ctx.Done(), p.opsDone
 	lastResp, lastChange := int64(-1), time.Duration(0)
@@ -267,12 +332,12 @@ func (p *phase) run(ctx context.Context, wires []*wire, hs []handler, rec *recor
 			return res
 		case <-ctxC:
 			ctxC = nil
-			halt(endCanceled)
+			stop(endCanceled)
 		case <-endC:
-			halt(endTime)
+			stop(endTime)
 		case <-opsC:
 			opsC = nil
-			halt(endOps)
+			stop(endOps)
 		case <-ticker.C:
 			now := p.now()
 			if o.tick != nil {
@@ -282,13 +347,11 @@ func (p *phase) run(ctx context.Context, wires []*wire, hs []handler, rec *recor
 				lastResp, lastChange = n, now
 			} else if o.stall > 0 && now-lastChange >= o.stall && !p.stopping.Load() {
 				rec.addErr(endStalled, 1)
-				halt(endStalled)
+				stop(endStalled)
 			}
 		case <-forceC:
-			// A deadline should have ended every read and write; closing is
-			// the last resort that cannot be ignored.
 			forceC = nil
-			closeAll(wires)
+			force()
 		}
 	}
 }

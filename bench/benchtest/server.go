@@ -3,9 +3,13 @@
 // without a real server.
 //
 // The fake speaks enough of the wire protocol for the bench workloads: A
-// grants a free key at once with a fresh token (a held key answers TIMEOUT:
-// there are no wait queues), R with the holder's token (or none) frees it,
-// anything else is ERR badrequest. Leases never run out.
+// grants a free key at once with a fresh token; on a held key it answers
+// TIMEOUT, or with Options.Queue joins the key's queue (wait_ms is then
+// ignored, except -1, which still answers TIMEOUT). R with the holder's
+// token (or none) frees the key and grants it to the queue's head (or, with
+// Options.LIFO, to its tail: a broken server). K with the holder's token
+// answers OK, Q answers HELD (with the lease as remaining time) or FREE.
+// Leases never run out. Anything else is ERR badrequest.
 package benchtest
 
 import (
@@ -22,6 +26,11 @@ type Options struct {
 	// FixedToken, when not 0, is the token of every grant: a server that
 	// breaks the fencing-token promise.
 	FixedToken uint64
+	// Queue makes acquires of held keys wait in the key's queue instead of
+	// answering TIMEOUT.
+	Queue bool
+	// LIFO serves each queue newest first, breaking the FIFO promise.
+	LIFO bool
 }
 
 // Server is a fake lock server listening on 127.0.0.1.
@@ -31,12 +40,46 @@ type Server struct {
 	token atomic.Uint64
 
 	mu      sync.Mutex
-	held    map[string]uint64
-	conns   map[net.Conn]struct{}
+	held    map[string]*lock
+	conns   map[*conn]struct{}
 	closed  bool
 	accepts int
 
 	wg sync.WaitGroup
+}
+
+// lock is a held key and the acquires waiting for it.
+type lock struct {
+	token   uint64
+	leaseMs uint32
+	waiters []waiter
+}
+
+// waiter is a queued acquire.
+type waiter struct {
+	c       *conn
+	leaseMs uint32
+}
+
+// conn is one client connection. Grants to queued acquires are written by
+// whichever connection's goroutine released the key, so writes take wmu.
+type conn struct {
+	nc     net.Conn
+	wmu    sync.Mutex
+	closed bool // under Server.mu: its waiters are skipped
+}
+
+func (c *conn) write(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err := c.nc.Write(b)
+	return err
+}
+
+// delivery is an answer for another connection than the one being served.
+type delivery struct {
+	c    *conn
+	line []byte
 }
 
 // Start listens on a free port and serves until Close.
@@ -45,7 +88,7 @@ func Start(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, ln: ln, held: make(map[string]uint64), conns: make(map[net.Conn]struct{})}
+	s := &Server{opts: opts, ln: ln, held: make(map[string]*lock), conns: make(map[*conn]struct{})}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -75,7 +118,7 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	for c := range s.conns {
-		_ = c.Close()
+		_ = c.nc.Close()
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -85,14 +128,15 @@ func (s *Server) Close() error {
 func (s *Server) accept() {
 	defer s.wg.Done()
 	for {
-		c, err := s.ln.Accept()
+		nc, err := s.ln.Accept()
 		if err != nil {
 			return
 		}
+		c := &conn{nc: nc}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			_ = c.Close()
+			_ = nc.Close()
 			return
 		}
 		s.conns[c] = struct{}{}
@@ -105,16 +149,18 @@ func (s *Server) accept() {
 
 // serve answers every complete line of a read in one write, like a real
 // server's event loop would.
-func (s *Server) serve(c net.Conn) {
+func (s *Server) serve(c *conn) {
 	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
+		c.closed = true
 		s.mu.Unlock()
-		_ = c.Close()
+		_ = c.nc.Close()
 	}()
 	in := make([]byte, 64<<10)
 	var out []byte
+	var others []delivery
 	var req codec.Request
 	r, w := 0, 0
 	for {
@@ -124,7 +170,7 @@ func (s *Server) serve(c net.Conn) {
 			w = copy(in, in[r:w])
 			r = 0
 		}
-		n, err := c.Read(in[w:])
+		n, err := c.nc.Read(in[w:])
 		w += n
 		for {
 			line, m, serr := codec.SplitLine(in[r:w])
@@ -133,58 +179,114 @@ func (s *Server) serve(c net.Conn) {
 				if errors.As(serr, &pe) {
 					out = codec.AppendParseError(out, nil, pe)
 				}
-				_, _ = c.Write(out)
+				_ = c.write(out)
 				return
 			}
 			if m == 0 {
 				break
 			}
 			r += m
-			out = s.answer(out, line, &req)
+			out, others = s.answer(c, out, others, line, &req)
 		}
 		if len(out) > 0 {
-			if _, werr := c.Write(out); werr != nil {
+			if werr := c.write(out); werr != nil {
 				return
 			}
 			out = out[:0]
 		}
+		for _, d := range others {
+			_ = d.c.write(d.line) // a closed waiter's grant is lost with it
+		}
+		others = others[:0]
 		if err != nil {
 			return
 		}
 	}
 }
 
-func (s *Server) answer(out, line []byte, req *codec.Request) []byte {
+// answer appends the answer to line to out, and grants for other
+// connections to others.
+func (s *Server) answer(c *conn, out []byte, others []delivery, line []byte, req *codec.Request) ([]byte, []delivery) {
 	if err := codec.ParseRequest(line, req); err != nil {
 		var pe *codec.ParseError
 		errors.As(err, &pe)
-		return codec.AppendParseError(out, req, pe)
+		return codec.AppendParseError(out, req, pe), others
 	}
 	resp := codec.Response{Op: req.Op, Key: req.Key}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := s.held[string(req.Key)]
 	switch req.Op {
 	case codec.OpAcquire:
-		if _, busy := s.held[string(req.Key)]; busy {
+		if l == nil {
+			l = &lock{}
+			s.held[string(req.Key)] = l
+			resp.Status, resp.Token = codec.StatusOK, s.grant(l, req.LeaseMs)
+			break
+		}
+		if !s.opts.Queue || req.WaitMs == codec.WaitNone {
 			resp.Status = codec.StatusTimeout
 			break
 		}
-		tok := s.opts.FixedToken
-		if tok == 0 {
-			tok = s.token.Add(1)
-		}
-		s.held[string(req.Key)] = tok
-		resp.Status, resp.Token = codec.StatusOK, tok
+		l.waiters = append(l.waiters, waiter{c, req.LeaseMs})
+		return out, others
 	case codec.OpRelease:
-		tok, ok := s.held[string(req.Key)]
-		if !ok || (req.Token != 0 && req.Token != tok) {
+		if l == nil || (req.Token != 0 && req.Token != l.token) {
 			resp.Status = codec.StatusNotHeld
 			break
 		}
-		delete(s.held, string(req.Key))
 		resp.Status = codec.StatusOK
+		others = s.handOff(l, req.Key, others)
+	case codec.OpExtend:
+		if l == nil || req.Token != l.token {
+			resp.Status = codec.StatusNotHeld
+			break
+		}
+		l.leaseMs = req.LeaseMs
+		resp.Status = codec.StatusOK
+	case codec.OpQuery:
+		if l == nil {
+			resp.Status = codec.StatusFree
+			break
+		}
+		resp.Status, resp.Token, resp.RemainingMs = codec.StatusHeld, l.token, uint64(l.leaseMs)
 	default:
 		resp.Status, resp.Code = codec.StatusErr, []byte(codec.CodeBadRequest)
 	}
-	s.mu.Unlock()
-	return codec.AppendResponse(out, &resp)
+	return codec.AppendResponse(out, &resp), others
+}
+
+// grant gives l a fresh token; s.mu is held.
+func (s *Server) grant(l *lock, leaseMs uint32) uint64 {
+	l.token = s.opts.FixedToken
+	if l.token == 0 {
+		l.token = s.token.Add(1)
+	}
+	l.leaseMs = leaseMs
+	return l.token
+}
+
+// handOff passes l to its next live waiter, or frees key; s.mu is held.
+// Grants go out after the answers of the batch being served, so a grant to
+// the releasing connection itself follows its release's OK, as a real
+// server's would.
+func (s *Server) handOff(l *lock, key []byte, others []delivery) []delivery {
+	for len(l.waiters) > 0 {
+		var w waiter
+		if s.opts.LIFO {
+			w = l.waiters[len(l.waiters)-1]
+			l.waiters = l.waiters[:len(l.waiters)-1]
+		} else {
+			w = l.waiters[0]
+			l.waiters = l.waiters[1:]
+		}
+		if w.c.closed {
+			continue
+		}
+		resp := codec.Response{Op: codec.OpAcquire, Key: key, Status: codec.StatusOK, Token: s.grant(l, w.leaseMs)}
+		others = append(others, delivery{w.c, codec.AppendResponse(nil, &resp)})
+		return others
+	}
+	delete(s.held, string(key))
+	return others
 }

@@ -16,16 +16,36 @@ import (
 const defaultAddr = "127.0.0.1:7700"
 
 const benchUsage = `baton bench: drive load against baton servers over the wire protocol and
-measure throughput, latency and (hold) memory.
+measure throughput, latency, order and (hold) memory.
 
 Usage:
   baton bench [flags]
 
-Workloads:
-  uncontended  every connection keeps --depth lock cycles in flight, each on
-               a key of its own: A key lease wait, then R key token once
-               granted. Reports cycles/s, acquire and cycle latency, errors
-               by kind, and checks that each key's tokens only grow.
+Workloads (a "cycle slot" is one client: --conns x --depth of them, each
+running one lock cycle after the other):
+  uncontended  every slot cycles over keys of its own: A key lease wait,
+               then R key token once granted. Reports cycles/s, acquire
+               and cycle latency, errors by kind, and checks that each
+               key's tokens only grow.
+  contended    every slot cycles A then R on a few shared keys (--keys,
+               default 1; slot j uses key j mod keys; --depth defaults to
+               1 and may not exceed --keys). Reports hand-offs/s (grants
+               per second), acquire latency (including the wait in the
+               queue) and hand-off latency (from sending the R that freed
+               a key to reading the key's next grant), and checks FIFO
+               order: no grant may overtake an acquire of the same key
+               that was sent more than --fifo-slack earlier and is still
+               waiting. Tokens of a key must grow across all slots.
+  mixed        like uncontended, but a cycle is A, K (extend), Q (query)
+               and R: a quarter of the requests each. Q must answer HELD
+               with the cycle's token. Reports requests/s and the latency
+               of each op.
+  expiry       every slot acquires a key of its own with a short lease
+               (default 200ms) and never releases it: its next acquire
+               waits for the lease to run out. Reports expiries/s (grants
+               of keys whose holder never released) and the expiry delay
+               (from the previous grant's OK plus the lease to the next
+               grant: slightly less than the server's true delay).
   hold         acquires --hold distinct keys (pipelined over --conns with
                --depth in flight) and keeps them, opens --idle-conns idle
                connections, waits --duration, then releases everything.
@@ -37,21 +57,41 @@ Flags:
                      are spread over them (default $BATON_ADDR, else
                      127.0.0.1:7700). MOVED answers are counted as errors,
                      not followed: point it at the leader.
-  --workload NAME    uncontended or hold (default uncontended)
+  --workload NAME    uncontended, contended, mixed, expiry or hold (default
+                     uncontended)
+  --via MODE         wire: speak the protocol directly, pipelining (the
+                     server's capacity); client: go through the Go client
+                     package, one goroutine per cycle slot making blocking
+                     calls (what an application sees); uncontended and
+                     contended only, closed loop, --conns clients each with
+                     its own connections (default wire)
   --conns N          load connections (default 16)
-  --depth N          requests (uncontended: lock cycles) in flight per
-                     connection (default 16)
-  --keys N           uncontended: distinct keys, split evenly over the
-                     conns*depth cycle slots, at least one each (default 1000000)
-  --lease DURATION   lease of each acquire, e.g. 10s (default 10s; 1h for hold)
+  --depth N          cycle slots (hold: requests in flight) per connection
+                     (default 16; contended 1)
+  --keys N           uncontended, mixed: distinct keys, split evenly over
+                     the slots, at least one each (default 1000000);
+                     contended: shared keys (default 1); expiry: one per
+                     slot, this flag is ignored
+  --lease DURATION   lease of each acquire (default 10s; expiry 200ms;
+                     hold 1h)
   --wait DURATION    wait of each acquire: 0 waits forever, -1 does not wait
                      (try-lock, wait_ms -1), e.g. 500ms (default 0)
-  --duration DUR     uncontended: measured time after the warm-up; hold: how
-                     long the locks are kept before release (default 10s)
-  --ops N            uncontended: stop after N measured cycles if --duration
-                     has not ended the run first; 0 = no limit (default 0)
-  --warmup DURATION  uncontended: run this long first without recording
-                     (default 1s)
+  --rate N           open loop: start N cycles per second in total, on a
+                     fixed schedule spread over the connections, and measure
+                     latency from each cycle's intended start (so a stall
+                     counts for every cycle it delays); --depth still caps
+                     the cycles in flight per connection. 0 = closed loop
+                     (default 0). Not for expiry or hold.
+  --duration DUR     measured time after the warm-up; hold: how long the
+                     locks are kept before release (default 10s)
+  --ops N            stop after N measured cycles if --duration has not
+                     ended the run first; 0 = no limit (default 0)
+  --warmup DURATION  run this long first without recording (default 1s;
+                     hold has none)
+  --fifo-slack DUR   contended: how much earlier a still-waiting acquire
+                     must have been sent for a grant to count as overtaking
+                     it (default 50ms: the server reads each connection when
+                     its event loop gets to it)
   --hold N           hold: keys to acquire and keep (default 1000000)
   --idle-conns N     hold: extra connections opened after the hold and left
                      idle (default 0)
@@ -63,6 +103,8 @@ Flags:
   --settle DURATION  hold: pause before each RSS reading (default 2s)
   --json FILE        also write the result as JSON to FILE ("-": stdout, and
                      the summary goes to stderr)
+  --plot FILE.svg    also draw the run as an SVG image: the rate second by
+                     second, and the latency distribution by percentile
   --quiet            no progress lines (they go to stderr, one a second)
   --help             show this text
 
@@ -70,9 +112,10 @@ The first SIGINT or SIGTERM ends the run early (outstanding requests are
 awaited for up to 5s, hold still releases its locks) and prints what was
 measured; a second one exits at once.
 
-Exit status: 0 done; 1 could not connect, or the server broke the token
-order (a key granted a token not greater than before); 2 bad flags;
-130 interrupted (after printing what was measured).
+Exit status: 0 done; 1 could not connect, or the server broke a promise
+the run checks (a key granted a token not greater than before, or a grant
+out of FIFO order); 2 bad flags; 130 interrupted (after printing what was
+measured).
 `
 
 // waitFlag is --wait: a Go duration, or -1 for try-lock.
@@ -105,6 +148,7 @@ type benchOpts struct {
 	addr     string
 	pid      int
 	jsonPath string
+	plotPath string
 	quiet    bool
 }
 
@@ -120,6 +164,7 @@ func benchFlags(o *benchOpts, wait *waitFlag, getenv func(string) string) *flag.
 	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
 	fs.StringVar(&o.addr, "addr", addr, "")
 	fs.StringVar(&c.Workload, "workload", bench.WorkloadUncontended, "")
+	fs.StringVar(&c.Via, "via", bench.ViaWire, "")
 	fs.IntVar(&c.Conns, "conns", 16, "")
 	fs.IntVar(&c.Depth, "depth", 16, "")
 	fs.IntVar(&c.Keys, "keys", 1_000_000, "")
@@ -128,12 +173,15 @@ func benchFlags(o *benchOpts, wait *waitFlag, getenv func(string) string) *flag.
 	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "")
 	fs.Int64Var(&c.Ops, "ops", 0, "")
 	fs.DurationVar(&c.Warmup, "warmup", time.Second, "")
+	fs.Float64Var(&c.Rate, "rate", 0, "")
+	fs.DurationVar(&c.FIFOSlack, "fifo-slack", bench.DefaultFIFOSlack, "")
 	fs.IntVar(&c.Hold, "hold", 1_000_000, "")
 	fs.IntVar(&c.IdleConns, "idle-conns", 0, "")
 	fs.BoolVar(&c.Keep, "keep", false, "")
 	fs.IntVar(&o.pid, "pid", 0, "")
 	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "")
 	fs.StringVar(&o.jsonPath, "json", "", "")
+	fs.StringVar(&o.plotPath, "plot", "", "")
 	fs.BoolVar(&o.quiet, "quiet", false, "")
 	return fs
 }
@@ -150,6 +198,21 @@ func parseBenchFlags(args []string, getenv func(string) string) (benchOpts, erro
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	c.Wait = wait.d
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.Workload == bench.WorkloadContended {
+		// Many clients on one key, one cycle each: the issue's "16
+		// clients on one key" is --conns 16 with these defaults.
+		if !set["depth"] {
+			c.Depth = 1
+		}
+		if !set["keys"] {
+			c.Keys = 1
+		}
+	}
+	if o.plotPath != "" && !strings.HasSuffix(strings.ToLower(o.plotPath), ".svg") {
+		return o, fmt.Errorf("--plot %s: only SVG is drawn (name the file .svg)", o.plotPath)
+	}
 	for _, a := range strings.Split(o.addr, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			c.Addrs = append(c.Addrs, a)
@@ -217,13 +280,20 @@ func runBench(e env, args []string) int {
 			return exitFailed
 		}
 	}
+	if o.plotPath != "" {
+		if err := writePlot(o.plotPath, res); err != nil {
+			fmt.Fprintf(e.stderr, "baton bench: --plot: %v\n", err)
+			return exitFailed
+		}
+	}
 	if e.ctx.Err() != nil {
 		// The figures are printed, but a script must not take them for a
 		// complete run.
 		return exitInterrupted
 	}
-	if res.TokenViolations > 0 {
-		fmt.Fprintf(e.stderr, "baton bench: %d token order violations\n", res.TokenViolations)
+	if res.Failed() {
+		fmt.Fprintf(e.stderr, "baton bench: the server broke its promises: %d token order violations, %d FIFO order violations\n",
+			res.TokenViolations, res.FIFOViolations)
 		return exitFailed
 	}
 	return exitOK
@@ -240,4 +310,12 @@ func writeJSON(path string, stdout io.Writer, res *bench.Result) error {
 		return err
 	}
 	return os.WriteFile(path, data, 0o644)
+}
+
+func writePlot(path string, res *bench.Result) error {
+	var b strings.Builder
+	if err := bench.WritePlot(&b, res); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

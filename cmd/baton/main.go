@@ -1,6 +1,7 @@
 // Command baton is the command-line client of the baton lock service.
 //
-// It is a dispatcher of subcommands; for now there is one, bench, the load
+// It is a dispatcher of subcommands: acquire, release, extend, query and
+// lock talk to a cluster through package client; bench is the load
 // generator (package bench). See baton --help.
 package main
 
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 )
 
@@ -26,9 +28,14 @@ const (
 // own.
 type env struct {
 	ctx    context.Context // cancelled on the first SIGINT or SIGTERM
+	stdin  io.Reader       // nil: none
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// takeSignals, when not nil, sends every SIGINT and SIGTERM to fn
+	// instead of cancelling ctx (and exiting on the second), until restore
+	// is called: baton lock passes them on to its command.
+	takeSignals func(fn func(os.Signal)) (restore func())
 }
 
 // command is one subcommand. run gets the arguments after the name.
@@ -40,6 +47,11 @@ type command struct {
 
 // commands lists the subcommands in the order --help shows them.
 var commands = []command{
+	{"acquire", "acquire a lock and print its fencing token", runAcquire},
+	{"release", "release a lock", runRelease},
+	{"extend", "extend the lease of a held lock", runExtend},
+	{"query", "show who holds a key", runQuery},
+	{"lock", "run a command while holding a lock", runLock},
 	{"bench", "drive load against a server and measure it", runBench},
 }
 
@@ -55,7 +67,8 @@ Environment:
   BATON_ADDR   default server address(es) for --addr, comma-separated
                (otherwise 127.0.0.1:7700)
 
-Exit status: 0 success, 1 failure, 2 bad usage, 130 interrupted.
+Exit status: 0 success, 1 failure, 2 bad usage, 130 interrupted; some
+commands add their own (see their --help).
 `
 
 func usageText() string {
@@ -71,17 +84,44 @@ func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	var (
+		mu      sync.Mutex
+		handler func(os.Signal)
+	)
+	take := func(fn func(os.Signal)) func() {
+		mu.Lock()
+		handler = fn
+		mu.Unlock()
+		return func() {
+			mu.Lock()
+			handler = nil
+			mu.Unlock()
+		}
+	}
 	go func() {
-		// The first signal asks the command to wind down (a bench still
-		// releases its locks and prints what it measured); a second one
-		// means now.
-		<-sig
-		cancel()
-		<-sig
-		fmt.Fprintln(os.Stderr, "baton: interrupted")
-		os.Exit(exitInterrupted)
+		// By default the first signal asks the command to wind down (a
+		// bench still releases its locks and prints what it measured); a
+		// second one means now. A command that took the signals gets them
+		// all instead.
+		first := true
+		for s := range sig {
+			mu.Lock()
+			h := handler
+			mu.Unlock()
+			switch {
+			case h != nil:
+				h(s)
+			case first:
+				first = false
+				cancel()
+			default:
+				fmt.Fprintln(os.Stderr, "baton: interrupted")
+				os.Exit(exitInterrupted)
+			}
+		}
 	}()
-	os.Exit(run(env{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:]))
+	e := env{ctx: ctx, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, takeSignals: take}
+	os.Exit(run(e, os.Args[1:]))
 }
 
 func run(e env, args []string) int {

@@ -62,6 +62,13 @@ func TestBadUsage(t *testing.T) {
 		{"bench", "--pid", "1"}, // only for hold
 		{"bench", "extra"},
 		{"bench", "--addr", ","},
+		{"bench", "--workload", "contended", "--depth", "2"}, // more slots per connection than keys
+		{"bench", "--workload", "expiry", "--rate", "100"},
+		{"bench", "--rate", "-1"},
+		{"bench", "--plot", "out.png"},
+		{"bench", "--via", "nope"},
+		{"bench", "--via", "client", "--workload", "mixed"},
+		{"bench", "--fifo-slack", "-1s"},
 	} {
 		code, out, errs := runArgs(t, nil, args...)
 		if code != exitBadUsage || out != "" || strings.Count(errs, "\n") != 1 {

@@ -1,0 +1,723 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/baton-dev/baton/codec"
+)
+
+// Timing of the client's background work and retries.
+const (
+	// DefaultDialTimeout bounds one dial; see WithDialTimeout.
+	DefaultDialTimeout = 5 * time.Second
+	// RedialInterval is how often a connection that is down is dialled again.
+	RedialInterval = 3 * time.Second
+	// ReleaseWindow is how long a release keeps trying, ReleaseRetryInterval
+	// apart, when it cannot get an answer.
+	ReleaseWindow = 5 * time.Second
+	// ReleaseRetryInterval is the pause between two release attempts.
+	ReleaseRetryInterval = 200 * time.Millisecond
+)
+
+// Limits of the values a request carries, as the protocol sets them.
+const (
+	// MaxLease is the longest lease.
+	MaxLease = codec.MaxLeaseMs * time.Millisecond
+	// MaxWait is the longest finite wait.
+	MaxWait = codec.MaxWaitMs * time.Millisecond
+)
+
+// Special waits of Acquire.
+const (
+	// WaitForever waits until the lock is granted (or the context ends).
+	WaitForever time.Duration = 0
+	// NoWait is a try-lock: granted at once or ErrTimeout. Any negative wait
+	// means the same.
+	NoWait time.Duration = -1
+)
+
+const (
+	// maxConns bounds the connections MOVED answers can add, so that a
+	// confused server cannot make the client dial without end.
+	maxConns = 64
+	// movedHops is how many MOVED answers in a row a request follows at once;
+	// beyond that leadership is changing hands, and it backs off.
+	movedHops = 3
+	// Backoff between retries of ERR unavailable: doubling, with jitter.
+	backoffMin = 25 * time.Millisecond
+	backoffMax = time.Second
+)
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	dialTimeout    time.Duration
+	dial           func(ctx context.Context, addr string) (net.Conn, error)
+	redialInterval time.Duration // RedialInterval; tests shorten it
+}
+
+// WithDialTimeout bounds each dial (default DefaultDialTimeout).
+func WithDialTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.dialTimeout = d
+		}
+	}
+}
+
+// WithDialer makes the client open its connections with dial instead of a
+// plain TCP dial: for TLS, a proxy, or fault injection in tests. dial must
+// honour ctx, which carries the dial timeout.
+func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) Option {
+	return func(o *options) {
+		if dial != nil {
+			o.dial = dial
+		}
+	}
+}
+
+// Client is a connection pool to a baton cluster. It is safe for use by many
+// goroutines at once, and meant to be shared: create one per process.
+//
+// It keeps one connection to every address it was given (two when given a
+// single address, so that one dropping does not interrupt service), sends
+// requests round-robin over the connections that are up, and redials a
+// connection that is down every RedialInterval in the background. Requests
+// are pipelined: many callers share a connection, and each answer is paired
+// with its request by the echoed op and key.
+//
+// What a request does when something goes wrong:
+//   - a connection that fails while the request waits for its answer: the
+//     request is sent again on the next connection; the caller gets an error
+//     (matching ErrUnavailable) only when as many connections as there are
+//     have failed it, or none is up at all;
+//   - MOVED: the request goes to the named node (dialled if it is new), and
+//     that node becomes the preferred one for all requests;
+//   - ERR unavailable: retried with a growing backoff (up to a second)
+//     until the context ends;
+//   - any other ERR: returned as a *ServerError.
+//
+// Release does more (see Release).
+type Client struct {
+	opts   options
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the client started
+
+	mu        sync.Mutex
+	conns     []*conn
+	preferred string        // the address of the node that last sent us MOVED to itself
+	rr        uint32        // round-robin counter
+	changed   chan struct{} // closed (and replaced) when a connection changes state
+	closed    bool
+}
+
+// New returns a client of the servers at addrs (host:port client
+// addresses; duplicates are ignored). It does not wait for the
+// connections: they are dialled in the background, and a request waits for
+// a connection that is still being dialled. Close it when done.
+func New(addrs []string, opts ...Option) (*Client, error) {
+	o := options{dialTimeout: DefaultDialTimeout, redialInterval: RedialInterval}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.dial == nil {
+		d := &net.Dialer{}
+		o.dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", addr)
+		}
+	}
+	var uniq []string
+	seen := make(map[string]bool)
+	for _, a := range addrs {
+		a = strings.TrimSpace(a)
+		if a == "" || seen[a] {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, argError("bad server address %q: want host:port", a)
+		}
+		seen[a] = true
+		uniq = append(uniq, a)
+	}
+	if len(uniq) == 0 {
+		return nil, argError("no server address")
+	}
+	if len(uniq) > maxConns/2 {
+		return nil, argError("%d server addresses: at most %d", len(uniq), maxConns/2)
+	}
+	if len(uniq) == 1 {
+		uniq = append(uniq, uniq[0])
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cl := &Client{opts: o, ctx: ctx, cancel: cancel, changed: make(chan struct{})}
+	for _, a := range uniq {
+		cl.addConnLocked(a)
+	}
+	return cl, nil
+}
+
+// addConnLocked starts a connection to addr. cl.mu is held, or cl is not
+// shared yet.
+func (cl *Client) addConnLocked(addr string) *conn {
+	c := newConn(cl, addr)
+	cl.conns = append(cl.conns, c)
+	cl.wg.Add(1)
+	go c.run()
+	return c
+}
+
+// Close closes every connection and stops the background work. Requests
+// under way fail with ErrClosed, and so does every later call. Locks stay
+// held on the server until they are released (by another client) or their
+// lease runs out; a kept-alive lock reports ErrLost. Close is idempotent.
+func (cl *Client) Close() error {
+	cl.mu.Lock()
+	if cl.closed {
+		cl.mu.Unlock()
+		return nil
+	}
+	cl.closed = true
+	conns := cl.conns
+	cl.mu.Unlock()
+	cl.cancel()
+	for _, c := range conns {
+		c.drop()
+	}
+	cl.notifyChange()
+	cl.wg.Wait()
+	return nil
+}
+
+// notifyChange wakes every request waiting for a connection to come up.
+func (cl *Client) notifyChange() {
+	cl.mu.Lock()
+	close(cl.changed)
+	cl.changed = make(chan struct{})
+	cl.mu.Unlock()
+}
+
+// errTargetDown is a MOVED target that cannot be reached right now.
+var errTargetDown = errors.New("the node named by MOVED is not reachable")
+
+// pick returns a connection that is up: one to addr when addr is set (a
+// MOVED target, added to the pool if new), else one to the preferred node
+// if any is up, else any, round-robin. It waits while a candidate is still
+// dialling. With none usable it fails with an error matching ErrUnavailable.
+func (cl *Client) pick(ctx context.Context, addr string) (*conn, error) {
+	for {
+		cl.mu.Lock()
+		if cl.closed {
+			cl.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if addr != "" && !cl.knownLocked(addr) {
+			if len(cl.conns) >= maxConns {
+				cl.mu.Unlock()
+				return nil, errTargetDown
+			}
+			cl.addConnLocked(addr)
+		}
+		want := addr
+		if want == "" {
+			want = cl.preferred
+		}
+		c, dialing := cl.chooseLocked(want)
+		if c == nil && addr == "" && want != "" {
+			c, dialing = cl.chooseLocked("")
+		}
+		changed := cl.changed
+		cl.mu.Unlock()
+		if c != nil {
+			return c, nil
+		}
+		if !dialing {
+			if addr != "" {
+				return nil, errTargetDown
+			}
+			return nil, cl.noConnError()
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// knownLocked reports whether a connection to addr exists.
+func (cl *Client) knownLocked(addr string) bool {
+	for _, c := range cl.conns {
+		if c.addr == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// chooseLocked returns the next connection that is up, round-robin, among
+// those to addr ("" for all), and whether one of them is being dialled.
+func (cl *Client) chooseLocked(addr string) (*conn, bool) {
+	n := len(cl.conns)
+	start := int(cl.rr % uint32(n))
+	cl.rr++
+	dialing := false
+	for i := range n {
+		c := cl.conns[(start+i)%n]
+		if addr != "" && c.addr != addr {
+			continue
+		}
+		switch c.state.Load() {
+		case stateUp:
+			return c, false
+		case stateDialing:
+			dialing = true
+		}
+	}
+	return nil, dialing
+}
+
+// noConnError says why no connection is usable, naming every address.
+func (cl *Client) noConnError() error {
+	cl.mu.Lock()
+	conns := append([]*conn(nil), cl.conns...)
+	cl.mu.Unlock()
+	var parts []string
+	seen := make(map[string]bool)
+	for _, c := range conns {
+		if seen[c.addr] {
+			continue
+		}
+		seen[c.addr] = true
+		parts = append(parts, c.lastError().Error())
+	}
+	return fmt.Errorf("%w: cannot connect: %s", ErrUnavailable, strings.Join(parts, "; "))
+}
+
+// prefer makes addr the node requests go to first.
+func (cl *Client) prefer(addr string) {
+	cl.mu.Lock()
+	cl.preferred = addr
+	cl.mu.Unlock()
+}
+
+// connCount is the number of connections in the pool.
+func (cl *Client) connCount() int {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return len(cl.conns)
+}
+
+// policy is how a request is retried.
+type policy struct {
+	// prepare, when set, fills in the request before each attempt (acquire
+	// recomputes its wait) and may end the request with an error.
+	prepare func(req *codec.Request) error
+	// steady, when positive, replaces the fail-fast rules: every failure
+	// (no connection, a lost connection, ERR unavailable or overloaded) is
+	// retried this long after, until the context ends.
+	steady time.Duration
+	// once forbids sending the request again after it may have taken
+	// effect: for a release without a token, which would free the next
+	// holder.
+	once bool
+}
+
+// answer is the outcome of a request.
+type answer struct {
+	status      codec.Status
+	token       uint64
+	remainingMs uint64
+	// ambiguous: an earlier attempt may have taken effect on the server (its
+	// connection failed before the answer, or it got ERR unavailable, which
+	// covers "not committed in time").
+	ambiguous bool
+}
+
+// exchange sends req until it gets an answer other than MOVED and the
+// errors the policy retries. The error is the last failure when the context
+// ends first.
+func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, p policy) (answer, error) {
+	var (
+		ans     answer
+		lastErr error
+		target  string // where MOVED told us to go
+		drops   int
+		hops    int
+		backoff = backoffMin
+	)
+	// pause sleeps before a retry: p.steady, or the growing backoff.
+	pause := func() error {
+		d := p.steady
+		if d <= 0 {
+			d = backoff/2 + rand.N(backoff/2+1)
+			backoff = min(2*backoff, backoffMax)
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-cl.ctx.Done():
+			return ErrClosed
+		}
+	}
+	fail := func(err error) (answer, error) {
+		if lastErr != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			err = &gaveUpError{ctxErr: err, last: lastErr}
+		}
+		return ans, err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return fail(err)
+		}
+		c, err := cl.pick(ctx, target)
+		target = ""
+		if err != nil {
+			switch {
+			case errors.Is(err, ErrClosed), ctx.Err() != nil:
+				return fail(err)
+			case errors.Is(err, errTargetDown):
+				// Leadership moved to a node we cannot reach (yet): as good
+				// as no leader.
+				lastErr = err
+			case p.steady > 0:
+				lastErr = err
+			default:
+				return fail(err)
+			}
+			if err := pause(); err != nil {
+				return fail(err)
+			}
+			continue
+		}
+
+		// After pick, which may have waited for a dial: a wait computed from
+		// the time left must be computed now.
+		if p.prepare != nil {
+			if err := p.prepare(req); err != nil {
+				return fail(err)
+			}
+		}
+		cll := newCall(req.Op, key)
+		if err := c.send(cll, req); err != nil {
+			// It went down between pick and send; nothing was sent, and
+			// pick will not choose it again until it is back.
+			lastErr = err
+			continue
+		}
+		select {
+		case <-cll.done:
+		case <-ctx.Done():
+			if cll.abandon() {
+				return fail(ctx.Err())
+			}
+			<-cll.done
+		}
+
+		if cll.err != nil {
+			if errors.Is(cll.err, ErrClosed) {
+				return fail(ErrClosed)
+			}
+			lastErr = cll.err
+			ans.ambiguous = true
+			if p.once {
+				return fail(fmt.Errorf("%w: %w (the request may or may not have taken effect)", ErrUnavailable, cll.err))
+			}
+			drops++
+			if p.steady > 0 {
+				if err := pause(); err != nil {
+					return fail(err)
+				}
+			} else if drops >= cl.connCount() {
+				return fail(fmt.Errorf("%w: %w", ErrUnavailable, cll.err))
+			}
+			continue
+		}
+
+		switch cll.status {
+		case codec.StatusMoved:
+			lastErr = fmt.Errorf("MOVED %s", cll.addr)
+			target = cll.addr
+			cl.prefer(cll.addr)
+			hops++
+			if hops > movedHops {
+				if err := pause(); err != nil {
+					return fail(err)
+				}
+			}
+			continue
+		case codec.StatusErr:
+			se := &ServerError{Code: cll.code, Text: cll.text}
+			retry := (se.Code == codec.CodeUnavailable && !p.once) ||
+				(se.Code == codec.CodeOverloaded && p.steady > 0)
+			if !retry {
+				return fail(se)
+			}
+			lastErr = se
+			ans.ambiguous = true
+			if err := pause(); err != nil {
+				return fail(err)
+			}
+			continue
+		}
+		ans.status, ans.token, ans.remainingMs = cll.status, cll.token, cll.remainingMs
+		return ans, nil
+	}
+}
+
+// checkKey validates a key before anything is sent.
+func checkKey(key string) error {
+	if !codec.ValidKey([]byte(key)) {
+		return argError("bad key %q: want 1 to %d bytes, none of them a space, a control character or DEL", key, codec.MaxKey)
+	}
+	return nil
+}
+
+// leaseMs validates a lease and converts it to the wire's milliseconds,
+// rounding up so that a sub-millisecond remainder is not lost.
+func leaseMs(lease time.Duration) (uint32, error) {
+	if lease <= 0 || lease > MaxLease {
+		return 0, argError("bad lease %v: want 1ms to 24h", lease)
+	}
+	return uint32(ceilMs(lease)), nil
+}
+
+// ceilMs rounds d up to whole milliseconds, so that a short duration never
+// becomes 0, which means something else on the wire.
+func ceilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// Acquire asks for the lock on key with the given lease, waiting at most
+// wait for it: WaitForever (0) waits until it is granted, NoWait (any
+// negative wait) is a try-lock, anything else is rounded up to whole
+// milliseconds and may be at most MaxWait. The lease (1ms to MaxLease)
+// starts when the lock is granted.
+//
+// The context bounds the whole call. When it has a deadline, the wait sent
+// to the server is the smaller of wait and the time left, so the server
+// gives up when the caller does; a deadline that passes returns an error
+// matching both ErrTimeout and context.DeadlineExceeded. Whenever Acquire
+// returns an error the caller does not hold the lock: a grant that arrives
+// after the caller gave up is released at once.
+//
+// Waiters are served first come, first served, per node: when a
+// connection fails or leadership moves, the request joins the queue again
+// at the back.
+func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration) (*Lock, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	lms, err := leaseMs(lease)
+	if err != nil {
+		return nil, err
+	}
+	if wait > MaxWait {
+		return nil, argError("bad wait %v: want at most 24h (or WaitForever, or NoWait)", wait)
+	}
+	var waitEnd time.Time // zero: forever
+	if wait > 0 {
+		waitEnd = time.Now().Add(wait)
+	}
+	var (
+		ctxLimited bool      // the wait sent was cut short by ctx's deadline
+		sentAt     time.Time // when the last attempt was prepared
+	)
+	prepare := func(req *codec.Request) error {
+		sentAt = time.Now()
+		if wait < 0 {
+			req.WaitMs = codec.WaitNone
+			return nil
+		}
+		end := waitEnd
+		ctxLimited = false
+		if d, ok := ctx.Deadline(); ok && (end.IsZero() || d.Before(end)) {
+			end, ctxLimited = d, true
+		}
+		if end.IsZero() {
+			req.WaitMs = codec.WaitForever
+			return nil
+		}
+		left := end.Sub(sentAt)
+		if left <= 0 {
+			if ctxLimited {
+				return fmt.Errorf("%w (%w)", ErrTimeout, context.DeadlineExceeded)
+			}
+			return ErrTimeout
+		}
+		req.WaitMs = min(ceilMs(left), codec.MaxWaitMs)
+		return nil
+	}
+	req := codec.Request{Op: codec.OpAcquire, Key: []byte(key), LeaseMs: lms}
+	ans, err := cl.exchange(ctx, &req, key, policy{prepare: prepare})
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
+			err = fmt.Errorf("%w (%w)", ErrTimeout, err)
+		}
+		return nil, opErr("acquire", key, err)
+	}
+	switch ans.status {
+	case codec.StatusOK:
+		return newLock(cl, key, ans.token, lease, sentAt), nil
+	case codec.StatusTimeout:
+		if ctxLimited {
+			return nil, opErr("acquire", key, fmt.Errorf("%w (%w)", ErrTimeout, context.DeadlineExceeded))
+		}
+		return nil, opErr("acquire", key, ErrTimeout)
+	}
+	return nil, opErr("acquire", key, fmt.Errorf("unexpected answer %s", ans.status))
+}
+
+// TryAcquire is Acquire with NoWait: it takes the lock if it is free, and
+// returns ErrTimeout at once if it is not.
+func (cl *Client) TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lock, error) {
+	return cl.Acquire(ctx, key, lease, NoWait)
+}
+
+// Release releases the grant of key with the given token (Lock.Release is
+// the usual way to call it). It returns ErrNotHeld when that grant no
+// longer holds the key.
+//
+// A release that cannot get an answer (no connection, a connection lost,
+// no leader) is sent again every ReleaseRetryInterval for up to
+// ReleaseWindow, so that a lock is not left held until its lease runs out
+// because of a short outage. A repeated release is harmless: it carries the
+// token. When an earlier attempt may have gone through, a NOTHELD answer
+// counts as success.
+func (cl *Client) Release(ctx context.Context, key string, token uint64) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if token == 0 {
+		return argError("release %s: token 0 is not a token (ForceRelease releases whoever holds the key)", key)
+	}
+	return opErr("release", key, cl.release(ctx, key, token))
+}
+
+func (cl *Client) release(ctx context.Context, key string, token uint64) error {
+	rctx, cancel := context.WithTimeout(ctx, ReleaseWindow)
+	defer cancel()
+	req := codec.Request{Op: codec.OpRelease, Key: []byte(key), Token: token}
+	ans, err := cl.exchange(rctx, &req, key, policy{steady: ReleaseRetryInterval})
+	if err != nil {
+		if ctx.Err() == nil && rctx.Err() != nil {
+			// Our window ran out, not the caller's context.
+			var g *gaveUpError
+			if errors.As(err, &g) {
+				return fmt.Errorf("%w: no answer within %v (last error: %w)", ErrUnavailable, ReleaseWindow, g.last)
+			}
+			return fmt.Errorf("%w: no answer within %v", ErrUnavailable, ReleaseWindow)
+		}
+		return err
+	}
+	if ans.status == codec.StatusNotHeld && !ans.ambiguous {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// releaseAbandoned releases, in the background, a grant whose caller gave
+// up before it arrived.
+func (cl *Client) releaseAbandoned(key string, token uint64) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.closed {
+		return
+	}
+	cl.wg.Add(1)
+	go func() {
+		defer cl.wg.Done()
+		_ = cl.release(cl.ctx, key, token)
+	}()
+}
+
+// ForceRelease releases key whoever holds it (a release without a token),
+// for operators clearing a lock left by a crashed holder. It returns
+// ErrNotHeld when the key is free. Unlike Release it is never sent twice
+// once it may have taken effect, since a second one would free the next
+// holder: when the outcome is unknown it returns an error matching
+// ErrUnavailable; Query tells what happened.
+func (cl *Client) ForceRelease(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	req := codec.Request{Op: codec.OpRelease, Key: []byte(key)}
+	ans, err := cl.exchange(ctx, &req, key, policy{once: true})
+	if err != nil {
+		return opErr("force-release", key, err)
+	}
+	if ans.status == codec.StatusNotHeld {
+		return opErr("force-release", key, ErrNotHeld)
+	}
+	return nil
+}
+
+// Extend sets the lease of the grant of key with the given token to lease
+// from now (Lock.Extend is the usual way to call it). It returns ErrNotHeld
+// when that grant no longer holds the key.
+func (cl *Client) Extend(ctx context.Context, key string, token uint64, lease time.Duration) error {
+	return opErr("extend", key, cl.extend(ctx, key, token, lease))
+}
+
+func (cl *Client) extend(ctx context.Context, key string, token uint64, lease time.Duration) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if token == 0 {
+		return argError("token 0 is not a token")
+	}
+	lms, err := leaseMs(lease)
+	if err != nil {
+		return err
+	}
+	req := codec.Request{Op: codec.OpExtend, Key: []byte(key), Token: token, LeaseMs: lms}
+	ans, err := cl.exchange(ctx, &req, key, policy{})
+	if err != nil {
+		return err
+	}
+	if ans.status == codec.StatusNotHeld {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// State is what Query reports about a key.
+type State struct {
+	// Held is whether a grant holds the key.
+	Held bool
+	// Token is the holder's fencing token, when Held.
+	Token uint64
+	// Remaining is what is left of the holder's lease, rounded up to a
+	// millisecond; 0 for a lease that has run out and whose expiry is being
+	// committed.
+	Remaining time.Duration
+}
+
+// Query returns the committed state of key: never older than what an
+// earlier answered request changed.
+func (cl *Client) Query(ctx context.Context, key string) (State, error) {
+	if err := checkKey(key); err != nil {
+		return State{}, err
+	}
+	req := codec.Request{Op: codec.OpQuery, Key: []byte(key)}
+	ans, err := cl.exchange(ctx, &req, key, policy{})
+	if err != nil {
+		return State{}, opErr("query", key, err)
+	}
+	if ans.status != codec.StatusHeld {
+		return State{}, nil
+	}
+	return State{Held: true, Token: ans.token, Remaining: time.Duration(ans.remainingMs) * time.Millisecond}, nil
+}

@@ -1,0 +1,294 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/baton-dev/baton/codec"
+)
+
+// Connection states.
+const (
+	stateDialing int32 = iota // a dial is under way
+	stateUp                   // requests may be sent
+	stateDown                 // the last dial or session failed; a redial is scheduled
+)
+
+// errConnDown is a request that reached a connection which had just gone
+// down: it was never sent.
+var errConnDown = errors.New("connection down")
+
+// droppedError is a connection that failed while a request was unanswered:
+// the request may or may not have reached the server.
+type droppedError struct {
+	addr string
+	err  error
+}
+
+func (e *droppedError) Error() string {
+	return fmt.Sprintf("connection to %s lost: %v", e.addr, e.err)
+}
+func (e *droppedError) Unwrap() error { return e.err }
+
+// readBufSize holds many answer lines per read; an answer line is at most a
+// few hundred bytes, far below it.
+const readBufSize = 16 << 10
+
+// conn is one persistent connection slot: it dials addr, serves one TCP
+// session at a time, and redials in the background when the session ends.
+// Its manager goroutine reads the answers; a writer goroutine per session
+// sends the requests that callers queued, many per write when they pile up.
+type conn struct {
+	cl   *Client
+	addr string
+
+	state atomic.Int32 // read without mu by Client.pick
+
+	mu      sync.Mutex
+	nc      net.Conn // the current session, while up
+	out     []byte   // request bytes not yet handed to the writer
+	pending pendingTable
+	lastErr error         // why the connection is down
+	kick    chan struct{} // wakes the writer; capacity 1
+}
+
+func newConn(cl *Client, addr string) *conn {
+	c := &conn{cl: cl, addr: addr, kick: make(chan struct{}, 1)}
+	c.state.Store(stateDialing)
+	return c
+}
+
+// send queues req for the writer and registers cl to receive its answer,
+// both in one critical section: the order of the pending table is the order
+// of the bytes on the wire. It fails with errConnDown when the connection
+// is not up, in which case nothing was sent.
+func (c *conn) send(cl *call, req *codec.Request) error {
+	c.mu.Lock()
+	if c.nc == nil {
+		c.mu.Unlock()
+		return errConnDown
+	}
+	c.out = codec.AppendRequest(c.out, req)
+	c.pending.push(cl)
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default: // the writer is already awake and will see the bytes
+	}
+	return nil
+}
+
+// run is the manager goroutine: dial, serve, repeat until the client closes.
+// Dials are at least redialInterval apart, so a server that accepts and then
+// drops every connection costs one dial per interval; a session that lived
+// longer than the interval is redialled at once, since a moment's glitch is
+// the likely cause.
+func (c *conn) run() {
+	defer c.cl.wg.Done()
+	ctx := c.cl.ctx
+	buf := make([]byte, readBufSize)
+	var lastDial time.Time
+	for ctx.Err() == nil {
+		if !lastDial.IsZero() {
+			if wait := c.cl.opts.redialInterval - time.Since(lastDial); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return
+				}
+			}
+			c.setState(stateDialing, nil)
+		}
+		lastDial = time.Now()
+		dctx, cancel := context.WithTimeout(ctx, c.cl.opts.dialTimeout)
+		nc, err := c.cl.opts.dial(dctx, c.addr)
+		cancel()
+		if err != nil {
+			c.setState(stateDown, err)
+			continue
+		}
+		c.serve(nc, buf)
+	}
+}
+
+// setState records a state change and wakes the requests waiting for one.
+func (c *conn) setState(s int32, err error) {
+	c.mu.Lock()
+	if err != nil {
+		c.lastErr = err
+	}
+	c.state.Store(s)
+	c.mu.Unlock()
+	c.cl.notifyChange()
+}
+
+// lastError is why the connection is down, for error messages.
+func (c *conn) lastError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lastErr == nil {
+		return errors.New("not connected yet")
+	}
+	return c.lastErr
+}
+
+// serve runs one session on nc until it fails or the client closes.
+func (c *conn) serve(nc net.Conn, buf []byte) {
+	c.mu.Lock()
+	if c.cl.ctx.Err() != nil {
+		// Close ran between the dial and now and could not see nc.
+		c.mu.Unlock()
+		_ = nc.Close()
+		return
+	}
+	c.nc = nc
+	c.out = c.out[:0]
+	c.state.Store(stateUp)
+	c.mu.Unlock()
+	c.cl.notifyChange()
+
+	stop := make(chan struct{})
+	var writer sync.WaitGroup
+	writer.Add(1)
+	go func() {
+		defer writer.Done()
+		c.write(nc, stop)
+	}()
+	err := c.read(nc, buf)
+	c.fail(nc, err)
+	close(stop)
+	writer.Wait()
+}
+
+// write sends queued requests until stop is closed or a write fails. Two
+// buffers take turns, so callers keep appending while a write is under way.
+func (c *conn) write(nc net.Conn, stop <-chan struct{}) {
+	var spare []byte
+	for {
+		select {
+		case <-c.kick:
+		case <-stop:
+			return
+		}
+		c.mu.Lock()
+		if c.nc != nc {
+			c.mu.Unlock()
+			return
+		}
+		buf := c.out
+		c.out = spare[:0]
+		c.mu.Unlock()
+		if len(buf) == 0 {
+			spare = buf
+			continue
+		}
+		if _, err := nc.Write(buf); err != nil {
+			c.fail(nc, err)
+			return
+		}
+		spare = buf
+	}
+}
+
+// read reads answers from nc and hands each to its call until the stream
+// fails or cannot be trusted any more.
+func (c *conn) read(nc net.Conn, buf []byte) error {
+	var resp codec.Response
+	r, w := 0, 0
+	for {
+		if r == w {
+			r, w = 0, 0
+		} else if w == len(buf) {
+			w = copy(buf, buf[r:w])
+			r = 0
+		}
+		n, err := nc.Read(buf[w:])
+		w += n
+		for {
+			line, m, serr := codec.SplitLine(buf[r:w])
+			if serr != nil {
+				return fmt.Errorf("bad answer from server: %w", serr)
+			}
+			if m == 0 {
+				break
+			}
+			r += m
+			if perr := codec.ParseResponse(line, &resp); perr != nil {
+				return fmt.Errorf("bad answer from server %q: %w", line, perr)
+			}
+			if err := c.deliver(&resp); err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// deliver pairs one answer with the oldest unanswered call of its (op, key).
+func (c *conn) deliver(r *codec.Response) error {
+	c.mu.Lock()
+	cl := c.pending.pop(r.Op, r.Key)
+	c.mu.Unlock()
+	if cl == nil {
+		// "? - ERR ..." (a request the server could not read) or an answer
+		// nobody asked for: the two ends disagree about the stream.
+		if r.Status == codec.StatusErr {
+			return fmt.Errorf("unexpected answer from server: %c %s ERR %s %s", r.Op, r.Key, r.Code, r.Text)
+		}
+		return fmt.Errorf("unexpected answer from server: %c %s %s", r.Op, r.Key, r.Status)
+	}
+	cl.setAnswer(r)
+	if !cl.finish() && cl.op == codec.OpAcquire && cl.status == codec.StatusOK {
+		// Its caller gave up: nobody will ever use this grant.
+		c.cl.releaseAbandoned(cl.key, cl.token)
+	}
+	return nil
+}
+
+// fail ends the session on nc (if it is still the current one): every
+// unanswered call fails, and the manager will redial.
+func (c *conn) fail(nc net.Conn, err error) {
+	c.mu.Lock()
+	if c.nc != nc {
+		c.mu.Unlock()
+		return
+	}
+	c.nc = nil
+	c.out = c.out[:0]
+	if c.cl.ctx.Err() != nil {
+		err = ErrClosed
+	}
+	c.lastErr = err
+	calls := c.pending.drain()
+	c.state.Store(stateDown)
+	c.mu.Unlock()
+	_ = nc.Close()
+	for _, cl := range calls {
+		if err == ErrClosed {
+			cl.err = ErrClosed
+		} else {
+			cl.err = &droppedError{addr: c.addr, err: err}
+		}
+		cl.finish()
+	}
+	c.cl.notifyChange()
+}
+
+// drop closes the current session, as if the network had cut it.
+func (c *conn) drop() {
+	c.mu.Lock()
+	nc := c.nc
+	c.mu.Unlock()
+	if nc != nil {
+		_ = nc.Close()
+	}
+}

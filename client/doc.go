@@ -1,0 +1,38 @@
+// Package client is the Go client of baton, the distributed lock service.
+//
+// A Client is a small pool of persistent, pipelined connections to the
+// servers of one cluster; create one per process and share it between
+// goroutines. Acquire (or TryAcquire) returns a *Lock carrying a fencing
+// token, which only grows for a key: pass it to whatever the lock protects
+// so that a holder that stalled past its lease can be turned away.
+//
+//	c, err := client.New([]string{"10.0.0.1:7700", "10.0.0.2:7700", "10.0.0.3:7700"})
+//	if err != nil { ... }
+//	defer c.Close()
+//
+//	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+//	defer cancel()
+//	lock, err := c.Acquire(ctx, "deploy/prod", 10*time.Second, client.WaitForever)
+//	if errors.Is(err, client.ErrTimeout) { ... } // not granted within 30 s; nothing is held
+//	if err != nil { ... }
+//	defer lock.Release(context.Background())
+//
+//	lock.KeepAlive() // extend the 10 s lease every 3.3 s while the work runs
+//	select {
+//	case <-work(ctx, lock.Token()):
+//	case <-lock.Done(): // lost: lock.Err() says why; stop touching the resource
+//	}
+//
+// Durations are time.Durations; the wire carries milliseconds, and the
+// client rounds up (a lease or wait of 1µs is 1 ms, never 0, which would
+// mean "forever" for a wait). Leases run from 1 ms to 24 h, finite waits up
+// to 24 h.
+//
+// Failures are retried where that is safe (see Client and Client.Release);
+// what reaches the caller can be told apart with errors.Is (ErrTimeout,
+// ErrNotHeld, ErrUnavailable, ErrClosed, context errors) and errors.As
+// (*ServerError). Whenever Acquire returns an error, the caller holds
+// nothing.
+//
+// The protocol underneath is docs/protocol.md.
+package client

@@ -1,0 +1,91 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/baton-dev/baton/client"
+)
+
+// deploy stands for the work the lock protects; it hands the fencing token
+// to the resource, which refuses tokens older than the newest it has seen.
+func deploy(ctx context.Context, token uint64) error { return nil }
+
+// Serialize a job across machines: wait up to a minute for the lock, keep it
+// alive while the job runs, stop the job if the lock is lost, release it at
+// the end.
+func Example() {
+	c, err := client.New([]string{"127.0.0.1:7700", "127.0.0.1:7710", "127.0.0.1:7720"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lock, err := c.Acquire(ctx, "deploy/prod", 10*time.Second, client.WaitForever)
+	if errors.Is(err, client.ErrTimeout) {
+		log.Print("someone else is deploying; try later")
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Release with a context of its own: ctx may be over by then.
+	defer lock.Release(context.Background())
+
+	lock.KeepAlive()
+	jobCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		<-lock.Done() // closed when the lock is lost (or released)
+		stop()
+	}()
+	if err := deploy(jobCtx, lock.Token()); err != nil {
+		log.Print(err)
+	}
+	if err := lock.Err(); err != nil {
+		log.Printf("the lock was lost during the deploy: %v", err)
+	}
+}
+
+// Check who holds a key.
+func ExampleClient_Query() {
+	c, err := client.New([]string{"127.0.0.1:7700"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.Query(ctx, "deploy/prod")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if st.Held {
+		fmt.Printf("held by token %d for another %v\n", st.Token, st.Remaining)
+	} else {
+		fmt.Println("free")
+	}
+}
+
+// A try-lock: take the lock only if nobody has it.
+func ExampleClient_TryAcquire() {
+	c, err := client.New([]string{"127.0.0.1:7700"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	lock, err := c.TryAcquire(context.Background(), "cron/nightly-report", time.Hour)
+	if errors.Is(err, client.ErrTimeout) {
+		return // another machine runs it tonight
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(context.Background())
+	// ... the report ...
+}

@@ -1,0 +1,167 @@
+package client
+
+import (
+	"sync/atomic"
+
+	"github.com/baton-dev/baton/codec"
+)
+
+// The life of a call. A call leaves callPending exactly once, by a
+// compare-and-swap, so that its answer and its caller giving up cannot both
+// win: either the caller gets the answer, or the reader knows nobody will
+// and cleans up after it (releases a grant).
+const (
+	callPending int32 = iota
+	callDone
+	callAbandoned
+)
+
+// call is one request sent on one connection, waiting for its answer.
+type call struct {
+	op   byte
+	key  string
+	next *call // the next call with the same (op, key) on the connection
+
+	state atomic.Int32
+	done  chan struct{} // closed when state becomes callDone
+
+	// The answer, written by the connection before done is closed and read
+	// by the caller only after it.
+	status      codec.Status
+	token       uint64
+	remainingMs uint64
+	addr        string // MOVED
+	code, text  string // ERR
+	err         error  // the connection failed before the answer came
+}
+
+func newCall(op byte, key string) *call {
+	return &call{op: op, key: key, done: make(chan struct{})}
+}
+
+// setAnswer copies what the call needs out of r, whose slices alias the
+// connection's read buffer.
+func (c *call) setAnswer(r *codec.Response) {
+	c.status = r.Status
+	c.token = r.Token
+	c.remainingMs = r.RemainingMs
+	switch r.Status {
+	case codec.StatusMoved:
+		c.addr = string(r.Addr)
+	case codec.StatusErr:
+		c.code, c.text = string(r.Code), string(r.Text)
+	}
+}
+
+// finish hands the answer (or err) to the caller. It reports false when the
+// caller has given up, in which case nobody will look at the call again.
+func (c *call) finish() bool {
+	if c.state.CompareAndSwap(callPending, callDone) {
+		close(c.done)
+		return true
+	}
+	return false
+}
+
+// abandon is the caller giving up. It reports false when the answer won the
+// race; done is then closed or about to be.
+func (c *call) abandon() bool {
+	return c.state.CompareAndSwap(callPending, callAbandoned)
+}
+
+// callQueue holds the unanswered calls of one (op, key) on one connection, in
+// the order they were sent: the server answers them in that order.
+type callQueue struct {
+	key        string
+	head, tail *call
+}
+
+// pendingTable pairs answers with the calls of one connection by the echoed
+// (op, key). It is not safe for concurrent use: the connection guards it,
+// and pushes calls in the same critical section that queues their request
+// bytes, so that the table's order is the wire's order.
+type pendingTable struct {
+	byOp [4]map[string]*callQueue // indexed by opIndex
+	n    int
+}
+
+// opIndex maps the four request ops to 0..3, and anything else to -1.
+func opIndex(op byte) int {
+	switch op {
+	case codec.OpAcquire:
+		return 0
+	case codec.OpRelease:
+		return 1
+	case codec.OpExtend:
+		return 2
+	case codec.OpQuery:
+		return 3
+	}
+	return -1
+}
+
+// push appends c behind the earlier calls of its (op, key). c.op must be one
+// of the four request ops.
+func (p *pendingTable) push(c *call) {
+	i := opIndex(c.op)
+	m := p.byOp[i]
+	if m == nil {
+		m = make(map[string]*callQueue)
+		p.byOp[i] = m
+	}
+	c.next = nil
+	q := m[c.key]
+	if q == nil {
+		m[c.key] = &callQueue{key: c.key, head: c, tail: c}
+	} else {
+		q.tail.next = c
+		q.tail = c
+	}
+	p.n++
+}
+
+// pop removes and returns the oldest call of (op, key), or nil when there is
+// none: an answer nobody asked for.
+func (p *pendingTable) pop(op byte, key []byte) *call {
+	i := opIndex(op)
+	if i < 0 || p.byOp[i] == nil {
+		return nil
+	}
+	m := p.byOp[i]
+	q := m[string(key)] // no allocation: the compiler converts in place for a lookup
+	if q == nil {
+		return nil
+	}
+	c := q.head
+	q.head = c.next
+	c.next = nil
+	if q.head == nil {
+		delete(m, q.key)
+	}
+	p.n--
+	return c
+}
+
+// len is the number of unanswered calls.
+func (p *pendingTable) len() int { return p.n }
+
+// drain removes every call and returns them, for a connection that failed.
+func (p *pendingTable) drain() []*call {
+	if p.n == 0 {
+		return nil
+	}
+	out := make([]*call, 0, p.n)
+	for i := range p.byOp {
+		for _, q := range p.byOp[i] {
+			for c := q.head; c != nil; {
+				next := c.next
+				c.next = nil
+				out = append(out, c)
+				c = next
+			}
+		}
+		p.byOp[i] = nil
+	}
+	p.n = 0
+	return out
+}

@@ -1,0 +1,496 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/codec"
+)
+
+// Exit statuses of the lock commands, besides exitOK, exitFailed,
+// exitBadUsage and exitInterrupted.
+const (
+	// exitNotHeld: release or extend found the lock not held by that token.
+	exitNotHeld = 3
+	// exitNotGranted follows sysexits' EX_TEMPFAIL: the lock could not be
+	// had (acquire: not granted within --wait; lock: not granted, or the
+	// cluster could not be reached), try again later.
+	exitNotGranted = 75
+	// exitLost: lock's command ran but the lock was lost while it ran.
+	exitLost = 76
+)
+
+const defaultTimeout = 10 * time.Second
+
+// commonOpts are the flags every lock command has.
+type commonOpts struct {
+	addr    string
+	json    bool
+	timeout time.Duration
+}
+
+// commonFlags defines --addr, --timeout and, when withJSON, --json on fs.
+func commonFlags(fs *flag.FlagSet, o *commonOpts, getenv func(string) string, withJSON bool) {
+	addr := defaultAddr
+	if v := getenv("BATON_ADDR"); v != "" {
+		addr = v
+	}
+	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
+	fs.StringVar(&o.addr, "addr", addr, "")
+	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "")
+	if withJSON {
+		fs.BoolVar(&o.json, "json", false, "")
+	}
+}
+
+// commonHelp explains the flags of commonFlags, for the usage texts.
+const commonHelp = `  --addr LIST        server client address(es), comma-separated: one is
+                     enough (MOVED answers are followed), all of a cluster's
+                     is better (default $BATON_ADDR, else 127.0.0.1:7700)
+  --timeout DURATION how long to keep trying when no server answers or the
+                     cluster has no leader (acquire: on top of --wait; not
+                     applied to a wait of 0, which waits forever) (default 10s)
+`
+
+const jsonHelp = `  --json             print the result as one JSON object
+`
+
+// parseArgs parses flags that may come before, between or after the
+// positional arguments (baton acquire KEY --lease 5s), and returns the
+// positional ones. After "--" everything is positional.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for range len(args) + 1 { // each round consumes at least one argument
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	return pos, nil
+}
+
+// splitAddrs turns --addr into a list.
+func splitAddrs(s string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--addr: no address")
+	}
+	return out, nil
+}
+
+// checkDurations validates a lease and a wait the way the protocol does,
+// so that a bad flag is a usage error and not a server answer.
+func checkLease(lease time.Duration) error {
+	if lease < time.Millisecond || lease > client.MaxLease {
+		return fmt.Errorf("--lease %v: want 1ms to 24h", lease)
+	}
+	return nil
+}
+
+func checkWait(wait time.Duration) error {
+	if wait > client.MaxWait {
+		return fmt.Errorf("--wait %v: want at most 24h", wait)
+	}
+	return nil
+}
+
+// usageError prints a bad-usage line for cmd.
+func usageError(e env, cmd string, err error) int {
+	fmt.Fprintf(e.stderr, "baton %s: %v (see baton %s --help)\n", cmd, err, cmd)
+	return exitBadUsage
+}
+
+// parseCommand parses args with fs and checks the positional count; help
+// is the command's usage text. done is true when the caller should return
+// code at once (help shown or bad usage).
+func parseCommand(e env, name, help string, fs *flag.FlagSet, args []string, minPos, maxPos int) (pos []string, code int, done bool) {
+	pos, err := parseArgs(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(e.stdout, help)
+		return nil, exitOK, true
+	}
+	if err != nil {
+		return nil, usageError(e, name, err), true
+	}
+	switch {
+	case len(pos) < minPos:
+		return nil, usageError(e, name, errors.New("missing KEY")), true
+	case len(pos) > maxPos:
+		return nil, usageError(e, name, fmt.Errorf("unexpected argument %q", pos[maxPos])), true
+	case !codec.ValidKey([]byte(pos[0])):
+		return nil, usageError(e, name, fmt.Errorf("bad KEY %q: want 1 to %d bytes, no spaces or control characters", pos[0], codec.MaxKey)), true
+	}
+	return pos, 0, false
+}
+
+// dial makes the client of one command.
+func dial(e env, name string, o *commonOpts) (*client.Client, int, bool) {
+	addrs, err := splitAddrs(o.addr)
+	if err != nil {
+		return nil, usageError(e, name, err), false
+	}
+	c, err := client.New(addrs)
+	if err != nil {
+		return nil, usageError(e, name, err), false
+	}
+	return c, 0, true
+}
+
+// limited is e.ctx bounded by d (no bound when d <= 0).
+func limited(e env, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(e.ctx)
+	}
+	return context.WithTimeout(e.ctx, d)
+}
+
+// failure reports err for a command that could not do its job, and picks
+// the exit status: 130 when the user interrupted it.
+func failure(e env, name string, err error) int {
+	if e.ctx.Err() != nil {
+		fmt.Fprintf(e.stderr, "baton %s: interrupted\n", name)
+		return exitInterrupted
+	}
+	msg := strings.TrimPrefix(err.Error(), "baton: ")
+	if errors.Is(err, context.DeadlineExceeded) {
+		msg += " (see --timeout)"
+	}
+	fmt.Fprintf(e.stderr, "baton %s: %s\n", name, msg)
+	return exitFailed
+}
+
+// notGranted explains an acquire that ended with ErrTimeout.
+func notGranted(key string, wait time.Duration, err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("%s was not granted before --timeout: %s", key, strings.TrimPrefix(err.Error(), "baton: "))
+	case wait < 0:
+		return fmt.Sprintf("%s is held by someone else", key)
+	}
+	return fmt.Sprintf("%s is held by someone else (not granted within %v)", key, wait)
+}
+
+func printJSON(w io.Writer, v any) {
+	data, _ := json.Marshal(v) // plain maps and structs of basic types
+	fmt.Fprintf(w, "%s\n", data)
+}
+
+// --- acquire ---------------------------------------------------------------
+
+const acquireUsage = `baton acquire: acquire a lock and print its fencing token.
+
+Usage:
+  baton acquire KEY [flags]
+
+The lock stays held after baton exits, until baton release KEY TOKEN (or
+until its lease runs out). The token is printed alone on stdout, so that
+TOKEN=$(baton acquire KEY) works.
+
+Flags:
+  --lease DURATION   how long the lock is held unless extended or released,
+                     1ms to 24h (default 10s)
+  --wait DURATION    how long to wait for a lock someone else holds: 0 waits
+                     forever, -1 does not wait at all (try-lock), e.g. 5s
+                     (default 0)
+` + commonHelp + jsonHelp + `  --help             show this text
+
+JSON: {"key":"K","acquired":true,"token":N,"lease_ms":N}, or
+{"key":"K","acquired":false} when not granted in time.
+
+Exit status: 0 acquired; 75 not granted within --wait (someone else holds
+it); 1 failure (no server reachable, server error); 2 bad usage;
+130 interrupted.
+`
+
+// leaseOpts are the flags of the commands that ask for a lease.
+type leaseOpts struct {
+	commonOpts
+	lease time.Duration
+	wait  waitFlag
+}
+
+// leaseFlags defines the flags of acquire (withWait) or extend.
+func leaseFlags(name string, o *leaseOpts, getenv func(string) string, withWait bool) *flag.FlagSet {
+	fs := flag.NewFlagSet("baton "+name, flag.ContinueOnError)
+	commonFlags(fs, &o.commonOpts, getenv, true)
+	fs.DurationVar(&o.lease, "lease", 10*time.Second, "")
+	if withWait {
+		fs.Var(&o.wait, "wait", "")
+	}
+	return fs
+}
+
+func runAcquire(e env, args []string) int {
+	var lo leaseOpts
+	fs := leaseFlags("acquire", &lo, e.getenv, true)
+	pos, code, done := parseCommand(e, "acquire", acquireUsage, fs, args, 1, 1)
+	if done {
+		return code
+	}
+	key, o, lease, wait := pos[0], &lo.commonOpts, &lo.lease, lo.wait
+	if err := checkLease(*lease); err != nil {
+		return usageError(e, "acquire", err)
+	}
+	if err := checkWait(wait.d); err != nil {
+		return usageError(e, "acquire", err)
+	}
+	c, code, ok := dial(e, "acquire", o)
+	if !ok {
+		return code
+	}
+	defer c.Close()
+
+	bound := time.Duration(0) // wait forever: no deadline
+	switch {
+	case wait.d < 0:
+		bound = o.timeout
+	case wait.d > 0 && o.timeout > 0:
+		bound = wait.d + o.timeout
+	}
+	ctx, cancel := limited(e, bound)
+	defer cancel()
+	l, err := c.Acquire(ctx, key, *lease, wait.d)
+	if errors.Is(err, client.ErrTimeout) && e.ctx.Err() == nil {
+		if o.json {
+			printJSON(e.stdout, map[string]any{"key": key, "acquired": false})
+		}
+		fmt.Fprintf(e.stderr, "baton acquire: %s\n", notGranted(key, wait.d, err))
+		return exitNotGranted
+	}
+	if err != nil {
+		return failure(e, "acquire", err)
+	}
+	if o.json {
+		printJSON(e.stdout, map[string]any{"key": key, "acquired": true, "token": l.Token(), "lease_ms": lease.Milliseconds()})
+	} else {
+		fmt.Fprintln(e.stdout, l.Token())
+	}
+	return exitOK
+}
+
+// --- release ---------------------------------------------------------------
+
+const releaseUsage = `baton release: release a lock.
+
+Usage:
+  baton release KEY TOKEN [flags]
+  baton release KEY [flags]
+
+With TOKEN only that grant is released: if the lock has passed to someone
+else meanwhile, nothing changes. Without TOKEN whoever holds KEY is
+released: for clearing a lock left behind by a holder that died.
+
+A release that gets no answer is retried every 200ms for up to 5s.
+
+Flags:
+` + commonHelp + jsonHelp + `  --help             show this text
+
+JSON: {"key":"K","released":true} or {"key":"K","released":false}.
+
+Exit status: 0 released; 3 not held (by TOKEN, or by anyone); 1 failure;
+2 bad usage; 130 interrupted.
+`
+
+// plainFlags defines the flags of release and query.
+func plainFlags(name string, o *commonOpts, getenv func(string) string) *flag.FlagSet {
+	fs := flag.NewFlagSet("baton "+name, flag.ContinueOnError)
+	commonFlags(fs, o, getenv, true)
+	return fs
+}
+
+func runRelease(e env, args []string) int {
+	var o commonOpts
+	fs := plainFlags("release", &o, e.getenv)
+	pos, code, done := parseCommand(e, "release", releaseUsage, fs, args, 1, 2)
+	if done {
+		return code
+	}
+	key := pos[0]
+	var token uint64
+	if len(pos) == 2 {
+		t, err := parseToken(pos[1])
+		if err != nil {
+			return usageError(e, "release", err)
+		}
+		token = t
+	}
+	c, code, ok := dial(e, "release", &o)
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	ctx, cancel := limited(e, o.timeout)
+	defer cancel()
+	var err error
+	if token != 0 {
+		err = c.Release(ctx, key, token)
+	} else {
+		err = c.ForceRelease(ctx, key)
+	}
+	if errors.Is(err, client.ErrNotHeld) {
+		if o.json {
+			printJSON(e.stdout, map[string]any{"key": key, "released": false})
+		}
+		if token != 0 {
+			fmt.Fprintf(e.stderr, "baton release: %s is not held by token %d\n", key, token)
+		} else {
+			fmt.Fprintf(e.stderr, "baton release: %s is not held\n", key)
+		}
+		return exitNotHeld
+	}
+	if err != nil {
+		return failure(e, "release", err)
+	}
+	if o.json {
+		printJSON(e.stdout, map[string]any{"key": key, "released": true})
+	} else {
+		fmt.Fprintf(e.stdout, "released %s\n", key)
+	}
+	return exitOK
+}
+
+func parseToken(s string) (uint64, error) {
+	t, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || t == 0 {
+		return 0, fmt.Errorf("bad token %q: want a number from 1 to 18446744073709551615", s)
+	}
+	return t, nil
+}
+
+// --- extend ----------------------------------------------------------------
+
+const extendUsage = `baton extend: extend the lease of a held lock.
+
+Usage:
+  baton extend KEY TOKEN [flags]
+
+Sets the lease of the grant with TOKEN to --lease from now.
+
+Flags:
+  --lease DURATION   the new lease, from now, 1ms to 24h (default 10s)
+` + commonHelp + jsonHelp + `  --help             show this text
+
+JSON: {"key":"K","token":N,"extended":true,"lease_ms":N} or
+{"key":"K","token":N,"extended":false}.
+
+Exit status: 0 extended; 3 not held by TOKEN any more; 1 failure; 2 bad
+usage; 130 interrupted.
+`
+
+func runExtend(e env, args []string) int {
+	var lo leaseOpts
+	fs := leaseFlags("extend", &lo, e.getenv, false)
+	o, lease := &lo.commonOpts, &lo.lease
+	pos, code, done := parseCommand(e, "extend", extendUsage, fs, args, 1, 2)
+	if done {
+		return code
+	}
+	if len(pos) < 2 {
+		return usageError(e, "extend", errors.New("missing TOKEN"))
+	}
+	key := pos[0]
+	token, err := parseToken(pos[1])
+	if err != nil {
+		return usageError(e, "extend", err)
+	}
+	if err := checkLease(*lease); err != nil {
+		return usageError(e, "extend", err)
+	}
+	c, code, ok := dial(e, "extend", o)
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	ctx, cancel := limited(e, o.timeout)
+	defer cancel()
+	err = c.Extend(ctx, key, token, *lease)
+	if errors.Is(err, client.ErrNotHeld) {
+		if o.json {
+			printJSON(e.stdout, map[string]any{"key": key, "token": token, "extended": false})
+		}
+		fmt.Fprintf(e.stderr, "baton extend: %s is not held by token %d\n", key, token)
+		return exitNotHeld
+	}
+	if err != nil {
+		return failure(e, "extend", err)
+	}
+	if o.json {
+		printJSON(e.stdout, map[string]any{"key": key, "token": token, "extended": true, "lease_ms": lease.Milliseconds()})
+	} else {
+		fmt.Fprintf(e.stdout, "extended %s (token %d): lease %v from now\n", key, token, *lease)
+	}
+	return exitOK
+}
+
+// --- query -----------------------------------------------------------------
+
+const queryUsage = `baton query: show who holds a key.
+
+Usage:
+  baton query KEY [flags]
+
+Prints the holder's fencing token and what is left of its lease, or that
+the key is free. The answer is the committed state.
+
+Flags:
+` + commonHelp + jsonHelp + `  --help             show this text
+
+JSON: {"key":"K","held":true,"token":N,"remaining_ms":N} or
+{"key":"K","held":false}.
+
+Exit status: 0 answered (held or free); 1 failure; 2 bad usage;
+130 interrupted.
+`
+
+func runQuery(e env, args []string) int {
+	var o commonOpts
+	fs := plainFlags("query", &o, e.getenv)
+	pos, code, done := parseCommand(e, "query", queryUsage, fs, args, 1, 1)
+	if done {
+		return code
+	}
+	key := pos[0]
+	c, code, ok := dial(e, "query", &o)
+	if !ok {
+		return code
+	}
+	defer c.Close()
+	ctx, cancel := limited(e, o.timeout)
+	defer cancel()
+	st, err := c.Query(ctx, key)
+	if err != nil {
+		return failure(e, "query", err)
+	}
+	switch {
+	case o.json && st.Held:
+		printJSON(e.stdout, map[string]any{"key": key, "held": true, "token": st.Token, "remaining_ms": st.Remaining.Milliseconds()})
+	case o.json:
+		printJSON(e.stdout, map[string]any{"key": key, "held": false})
+	case st.Held:
+		fmt.Fprintf(e.stdout, "%s: held by token %d, %v of lease left\n", key, st.Token, st.Remaining)
+	default:
+		fmt.Fprintf(e.stdout, "%s: free\n", key)
+	}
+	return exitOK
+}

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# baton side by side with etcd and Redis, in one run on this machine: see
+# tools/compare/README.md. Started by `make compare`.
+#
+#   tools/compare/run.sh          # DURATION=10s WARMUP=1s OUT=/tmp/baton-compare-DATE
+#
+# Installs etcd-server and redis-server from Debian packages when missing
+# (without letting the packages start their services), starts every server
+# itself on 127.0.0.1 with its data in a temporary directory, runs the same
+# workloads against each, and prints the tables with the ratios. Every
+# process it starts is stopped on exit, and every measurement is bounded in
+# time.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$(pwd)
+
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-1s}
+OUT=${OUT:-/tmp/baton-compare-$(date +%Y%m%d-%H%M%S)}
+# The longest a measurement may take: its duration and warm-up, start-up,
+# and the drain of what is outstanding at the end.
+secs() { local d=$1; d=${d%s}; echo "${d%.*}"; }
+LIMIT=$(( $(secs "$DURATION") + $(secs "$WARMUP") + 60 ))
+
+# Ports, all on 127.0.0.1. Chosen away from every default so that a server
+# the machine already runs is never measured by mistake.
+ETCD_CLIENT=(23791 23792 23793)
+ETCD_PEER=(23801 23802 23803)
+REDIS_ALWAYS=16391
+REDIS_EVERYSEC=16392
+REDIS_NONE=16393
+BATON1=17950          # single node: client port; Raft on +1
+BATON3=(17960 17970 17980)
+
+install_missing() {
+	local want=()
+	command -v etcd >/dev/null || want+=(etcd-server)
+	command -v redis-server >/dev/null || want+=(redis-server)
+	[ ${#want[@]} -eq 0 ] && return
+	echo "== installing ${want[*]}"
+	# policy-rc.d answering 101 tells the packages' scripts not to start
+	# their services: this script runs its own servers.
+	local policy=/usr/sbin/policy-rc.d made=""
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' >"$policy"
+		chmod +x "$policy"
+		made=1
+	fi
+	local rc=0
+	{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${want[@]}"; } || rc=$?
+	[ -n "$made" ] && rm -f "$policy"
+	return $rc
+}
+
+for port in "${ETCD_CLIENT[@]}" "${ETCD_PEER[@]}" $REDIS_ALWAYS $REDIS_EVERYSEC $REDIS_NONE \
+	$BATON1 $((BATON1 + 1)) "${BATON3[@]}" $((BATON3[0] + 1)) $((BATON3[1] + 1)) $((BATON3[2] + 1)); do
+	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+		echo "port 127.0.0.1:$port is in use: stop what listens there first" >&2
+		exit 1
+	fi
+done
+
+install_missing
+command -v jq >/dev/null || { echo "run.sh needs jq (apt-get install jq)" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/baton-compare-work.XXXXXX)
+mkdir -p "$OUT"
+pids=()
+stop_all() {
+	local pid
+	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for _ in $(seq 50); do
+		local alive=0
+		for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+		[ $alive -eq 0 ] && break
+		sleep 0.1
+	done
+	for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap stop_all EXIT
+trap 'exit 130' INT TERM
+
+echo "== building baton and the comparison drivers"
+make -s build
+(cd tools/compare && go build -o "$work/compare" .)
+compare=$work/compare
+
+echo "== starting servers (logs in $work)"
+cluster=""
+for i in 0 1 2; do
+	cluster+="${cluster:+,}e$((i + 1))=http://127.0.0.1:${ETCD_PEER[$i]}"
+done
+etcd_eps=""
+for i in 0 1 2; do
+	n=$((i + 1))
+	etcd --name "e$n" --data-dir "$work/etcd$n" \
+		--listen-client-urls "http://127.0.0.1:${ETCD_CLIENT[$i]}" --advertise-client-urls "http://127.0.0.1:${ETCD_CLIENT[$i]}" \
+		--listen-peer-urls "http://127.0.0.1:${ETCD_PEER[$i]}" --initial-advertise-peer-urls "http://127.0.0.1:${ETCD_PEER[$i]}" \
+		--initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token baton-compare \
+		--logger zap --log-level warn >"$work/etcd$n.log" 2>&1 &
+	pids+=($!)
+	etcd_eps+="${etcd_eps:+,}127.0.0.1:${ETCD_CLIENT[$i]}"
+done
+
+start_redis() { # PORT NAME ARGS...
+	local port=$1 name=$2
+	shift 2
+	mkdir -p "$work/$name"
+	redis-server --port "$port" --bind 127.0.0.1 --dir "$work/$name" --save "" --daemonize no \
+		--logfile "$work/$name.log" "$@" &
+	pids+=($!)
+}
+start_redis $REDIS_ALWAYS redis-always --appendonly yes --appendfsync always
+start_redis $REDIS_EVERYSEC redis-everysec --appendonly yes --appendfsync everysec
+start_redis $REDIS_NONE redis-none --appendonly no
+
+bin/batond --id 1 --peers "127.0.0.1:$((BATON1 + 1))/127.0.0.1:$BATON1" --data "$work/baton1" --shards 4 \
+	>"$work/baton1.log" 2>&1 &
+pids+=($!)
+peers=""
+for p in "${BATON3[@]}"; do peers+="${peers:+,}127.0.0.1:$((p + 1))/127.0.0.1:$p"; done
+for i in 1 2 3; do
+	bin/batond --id $i --peers "$peers" --data "$work/baton3-$i" --shards 4 >"$work/baton3-$i.log" 2>&1 &
+	pids+=($!)
+done
+
+etcd_leader=$(timeout 90 "$compare" ready --system etcd --endpoints "$etcd_eps") ||
+	{ echo "etcd did not start:"; tail -n 20 "$work"/etcd*.log; exit 1; }
+for p in $REDIS_ALWAYS $REDIS_EVERYSEC $REDIS_NONE; do
+	timeout 60 "$compare" ready --system redis --endpoints "127.0.0.1:$p" ||
+		{ echo "redis did not start:"; tail -n 20 "$work"/redis*.log; exit 1; }
+done
+timeout 60 "$compare" ready --system baton --endpoints "127.0.0.1:$BATON1" ||
+	{ echo "baton did not start:"; tail -n 20 "$work/baton1.log"; exit 1; }
+# Node 1 leads by priority once it has caught up: drive it, as the etcd
+# load goes to etcd's leader.
+timeout 60 "$compare" ready --system baton --endpoints "127.0.0.1:${BATON3[0]}" ||
+	{ echo "baton cluster did not start:"; tail -n 20 "$work"/baton3-*.log; exit 1; }
+
+manifest=$OUT/manifest.tsv
+: >"$manifest"
+n=0
+# measure SECTION SYSTEM COMMAND...: one bounded measurement, its result in
+# OUT, listed in the manifest even when it fails (the table says so).
+measure() {
+	local section=$1 system=$2
+	shift 2
+	n=$((n + 1))
+	local file
+	file=$(printf '%02d-%s.json' "$n" "$system")
+	printf '%s\t%s\t%s\n' "$section" "$system" "$file" >>"$manifest"
+	echo "-- $section: $system"
+	if ! "$@" --json "$OUT/$file" >"$OUT/${file%.json}.txt" 2>&1; then
+		echo "   FAILED (see $OUT/${file%.json}.txt)"
+		rm -f "$OUT/$file"
+		return 0
+	fi
+	jq -r '"   \(.cycles_per_sec | floor)/s  acquire p50 \(.acquire_us.p50)us p99 \(.acquire_us.p99)us  errors \(.errors)"' "$OUT/$file"
+}
+baton_bench() { # ADDR ARGS...
+	local addr=$1
+	shift
+	timeout -k 5 "$LIMIT" bin/baton bench --addr "$addr" --duration "$DURATION" --warmup "$WARMUP" --quiet "$@"
+}
+drive() { # SYSTEM ENDPOINT ARGS...
+	local system=$1 ep=$2
+	shift 2
+	timeout -k 5 "$LIMIT" "$compare" drive --system "$system" --endpoints "$ep" --duration "$DURATION" --warmup "$WARMUP" "$@"
+}
+all_systems() { # SECTION BATON_ARGS -- DRIVER_ARGS
+	local section=$1
+	shift
+	local bargs=() dargs=()
+	while [ $# -gt 0 ] && [ "$1" != -- ]; do bargs+=("$1"); shift; done
+	shift
+	dargs=("$@")
+	measure "$section" baton-1node baton_bench "127.0.0.1:$BATON1" "${bargs[@]}"
+	measure "$section" baton-3nodes baton_bench "127.0.0.1:${BATON3[0]}" "${bargs[@]}"
+	measure "$section" etcd-3nodes drive etcd "$etcd_leader" "${dargs[@]}"
+	measure "$section" redis-always drive redis "127.0.0.1:$REDIS_ALWAYS" "${dargs[@]}"
+	measure "$section" redis-everysec drive redis "127.0.0.1:$REDIS_EVERYSEC" "${dargs[@]}"
+	measure "$section" redis-nopersist drive redis "127.0.0.1:$REDIS_NONE" "${dargs[@]}"
+}
+
+{
+	echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/ {print $2}') GiB"
+	echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "go: $(go version | cut -d' ' -f3-)"
+	echo "etcd: $(etcd --version | head -1 | awk '{print $3}'), redis: $(redis-server --version | awk '{print $3}' | cut -d= -f2)"
+	echo "each measurement: $WARMUP warm-up, then $DURATION measured"
+} | tee "$OUT/machine.txt"
+
+all_systems "uncontended, 1 client, no pipelining" --conns 1 --depth 1 -- --conns 1 --depth 1
+all_systems "uncontended, 64 clients, no pipelining" --conns 64 --depth 1 -- --conns 64 --depth 1
+all_systems "uncontended, 16 connections x 16 in flight" --conns 16 --depth 16 -- --conns 16 --depth 16
+all_systems "contended, 16 clients on one key" --workload contended --conns 16 -- --workload contended --conns 16
+
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"
+"$compare" table "$manifest" | tee "$OUT/table.md"
+echo
+echo "results: $OUT"

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/bench"
+)
+
+func writeResult(t *testing.T, dir, name string, r *bench.Result) {
+	t.Helper()
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTable(t *testing.T) {
+	dir := t.TempDir()
+	writeResult(t, dir, "b.json", &bench.Result{Conns: 16, Depth: 16, CyclesPerSec: 200_000,
+		AcquireUs: bench.Latency{P50: 500, P99: 2000}, CycleUs: bench.Latency{P50: 1000}, Errors: map[string]int64{}})
+	writeResult(t, dir, "e.json", &bench.Result{Conns: 16, Depth: 16, CyclesPerSec: 2_500,
+		AcquireUs: bench.Latency{P50: 10_000, P99: 30_000}, Errors: map[string]int64{"lock: timeout": 2}})
+	writeResult(t, dir, "c.json", &bench.Result{Conns: 16, Depth: 1, CyclesPerSec: 3000, HandoffsPerSec: 3000,
+		AcquireUs: bench.Latency{P50: 5000}})
+	writeResult(t, dir, "r.json", &bench.Result{Conns: 16, Depth: 1, CyclesPerSec: 1500, HandoffsPerSec: 1500,
+		AcquireUs: bench.Latency{P50: 1_500_000}})
+	if err := os.WriteFile(filepath.Join(dir, "broken.json"), []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := filepath.Join(dir, "manifest.tsv")
+	lines := "# comment\nunc\tbaton-3nodes\tb.json\nunc\tetcd-3nodes\te.json\nunc\tredis-always\tmissing.json\n" +
+		"con\tbaton-1node\tc.json\ncon\tredis-always\tr.json\ncon\tetcd-3nodes\tbroken.json\n"
+	if err := os.WriteFile(manifest, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	es, err := readManifest(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := writeTable(&b, es); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"### unc", "### con",
+		"| baton-3nodes | 16 x 16 | 200,000 | 500 µs | 2 ms | 1 ms | none |",
+		"| etcd-3nodes | 16 x 16 | 2,500 | 10 ms | 30 ms | - | lock: timeout 2 |",
+		"| redis-always | | failed: no result |",
+		"| etcd-3nodes | | failed: no result |",
+		"baton-3nodes / etcd-3nodes: rate 80.00x, acquire p50 0.05x",
+		"baton-1node / redis-always: rate 2.00x, acquire p50 0.00x",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Index(out, "### unc") > strings.Index(out, "### con") {
+		t.Error("sections out of manifest order")
+	}
+	if strings.Count(out, " / ") != 2 {
+		t.Errorf("want exactly the two ratios with a result on both sides:\n%s", out)
+	}
+
+	if err := os.WriteFile(manifest, []byte("only two\tfields\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readManifest(manifest); err == nil {
+		t.Error("a malformed manifest line: want an error")
+	}
+}
+
+func TestFormatting(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 1234567.4: "1,234,567"} {
+		if got := fmtRate(v); got != want {
+			t.Errorf("fmtRate(%v) = %q, want %q", v, got, want)
+		}
+	}
+	for us, want := range map[int64]string{0: "-", 12: "12 µs", 1500: "1.5 ms", 2_000_000: "2 s"} {
+		if got := fmtUs(us); got != want {
+			t.Errorf("fmtUs(%d) = %q, want %q", us, got, want)
+		}
+	}
+	for err, want := range map[error]string{
+		context.DeadlineExceeded:                        "timeout",
+		fmt.Errorf("lock: %w", context.Canceled):        "canceled",
+		errors.New("etcdserver: too many requests (x)"): "etcdserver",
+		errors.New("plain"):                             "plain",
+	} {
+		if got := errKind(err); got != want {
+			t.Errorf("errKind(%v) = %q, want %q", err, got, want)
+		}
+	}
+}
+
+func TestClockAndKeys(t *testing.T) {
+	base := time.Now()
+	c := clock{measureFrom: base.Add(time.Second), end: base.Add(3 * time.Second)}
+	for _, tc := range []struct {
+		start, done time.Duration
+		want        bool
+	}{{0, 2 * time.Second, false}, {time.Second, 2 * time.Second, true}, {2 * time.Second, 4 * time.Second, false}} {
+		if got := c.measured(base.Add(tc.start), base.Add(tc.done)); got != tc.want {
+			t.Errorf("measured(%v, %v) = %v", tc.start, tc.done, got)
+		}
+	}
+	tl := newTally()
+	tl.record(c, base.Add(time.Second), base.Add(time.Second+time.Millisecond), base.Add(time.Second+3*time.Millisecond))
+	tl.record(c, base, base, base) // warm-up: not counted
+	if tl.cycles != 1 || tl.acq.Summary().P50 < 999 || tl.cyc.Summary().P50 < 2990 {
+		t.Fatalf("tally: %d cycles, acquire %+v, cycle %+v", tl.cycles, tl.acq.Summary(), tl.cyc.Summary())
+	}
+	if k := slotKey("/p/", 3, 4, 9); k != "/p/3/1" {
+		t.Errorf("slotKey = %q", k)
+	}
+}
+
+func TestRunUsage(t *testing.T) {
+	var out, errb bytes.Buffer
+	ctx := context.Background()
+	if code := run(ctx, nil, &out, &errb); code != 2 {
+		t.Errorf("no arguments: exit %d", code)
+	}
+	for _, args := range [][]string{
+		{"nope"},
+		{"drive", "--system", "etcd"},
+		{"drive", "--system", "etcd", "--endpoints", "127.0.0.1:1", "--workload", "contended", "--depth", "2"},
+		{"drive", "--system", "mongo", "--endpoints", "127.0.0.1:1"},
+		{"ready", "--system", "etcd"},
+		{"table"},
+	} {
+		errb.Reset()
+		if code := run(ctx, args, &out, &errb); code == 0 || errb.Len() == 0 {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
+}
