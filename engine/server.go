@@ -129,7 +129,11 @@ func (sv *server) serveLines(cs *connState, c gnet.Conn) gnet.Action {
 		used += n
 		sv.serveLine(cs, line, &req, now)
 	}
-	_, _ = c.Discard(used)
+	if used > 0 {
+		// Only then: gnet's Discard(0) empties the whole inbound buffer,
+		// which would drop a line whose end has not arrived yet.
+		_, _ = c.Discard(used)
+	}
 	return gnet.None
 }
 

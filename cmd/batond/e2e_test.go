@@ -217,6 +217,7 @@ func TestProtocol(t *testing.T) {
 		{"CRLF", testCRLF},
 		{"LineTooLong", testLineTooLong},
 		{"WaiterLimit", testWaiterLimit},
+		{"PartialLineKept", testPartialLineKept},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, n) })
 	}
@@ -739,6 +740,26 @@ func testAbandoned(t *testing.T, n *harness.Node, withLive bool) {
 		}
 		queryHeld(t, h, k, tok)
 		do(t, live, fmt.Sprintf("R %s %d", k, tok), "R "+k+" OK")
+	}
+}
+
+// testPartialLineKept leaves half a request in the server's buffer while the
+// answer to an earlier request wakes the connection up: the half must wait
+// for its other half, not be dropped.
+func testPartialLineKept(t *testing.T, n *harness.Node) {
+	c := harness.Dial(t, n.ClientAddr)
+	for i := range 20 {
+		k := fmt.Sprintf("partial/%d", i)
+		// The second request without its end.
+		if _, err := c.Write([]byte("A " + k + "/a 10000 0\nA " + k + "/b 100")); err != nil {
+			t.Fatal(err)
+		}
+		readGrant(t, c, k+"/a", answerWithin) // its answer came by a wake-up
+		time.Sleep(5 * time.Millisecond)
+		if _, err := c.Write([]byte("00 0\n")); err != nil {
+			t.Fatal(err)
+		}
+		readGrant(t, c, k+"/b", answerWithin)
 	}
 }
 
