@@ -28,16 +28,8 @@ start() {
 		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --shards "$SHARDS" >"$work/n$i.log" 2>&1 &
 		pids+=($!)
 	done
-	for _ in $(seq 200); do
-		# Ready when node 1 leads every shard: a short run sees no MOVED.
-		if bin/baton bench --addr 127.0.0.1:17910 --conns 1 --depth 64 --ops 256 --warmup 0 --duration 2s \
-			--quiet --json "$work/probe.json" >/dev/null 2>&1 &&
-			[ "$(jq '.errors | length' "$work/probe.json")" = 0 ]; then
-			return
-		fi
-		sleep 0.1
-	done
-	echo "cluster of $n did not settle:"; tail -5 "$work"/n*.log; exit 1
+	# Ready when node 1 leads every shard: a short run sees no MOVED.
+	wait_ready 127.0.0.1:17910 || { echo "cluster of $n did not settle:"; tail -5 "$work"/n*.log; exit 1; }
 }
 
 for n in 1 3; do : >"$work/rate$n"; : >"$work/p50$n"; : >"$work/p99$n"; done

@@ -10,5 +10,20 @@ work=$(mktemp -d)
 # median reads numbers, one per line, and prints their median.
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
+# wait_ready ADDR: returns once a short run against ADDR gets no error at all
+# (256 keys, so every shard has answered); fails after about 20 s. A port
+# that accepts connections is not enough: shards serve only once elected.
+wait_ready() {
+	for _ in $(seq 200); do
+		if bin/baton bench --addr "$1" --conns 1 --depth 64 --ops 256 --warmup 0 --duration 2s \
+			--quiet --json "$work/ready.json" >/dev/null 2>&1 &&
+			[ "$(jq '.errors | length' "$work/ready.json")" = 0 ]; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	return 1
+}
+
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "go: $(go version)"

@@ -19,11 +19,7 @@ start() {
 	rm -rf "$work/data"
 	bin/batond --peers "$RAFT/$CLIENT" --data "$work/data" --shards "$1" >"$work/node.log" 2>&1 &
 	pid=$!
-	for _ in $(seq 100); do
-		bin/baton bench --addr "$CLIENT" --conns 1 --depth 1 --ops 1 --warmup 0 --duration 1s --quiet >/dev/null 2>&1 && return
-		sleep 0.1
-	done
-	echo "node did not start:"; cat "$work/node.log"; exit 1
+	wait_ready "$CLIENT" || { echo "node did not start:"; cat "$work/node.log"; exit 1; }
 }
 
 # run LABEL SHARDS BENCH-FLAGS...: one measurement on a fresh node.
