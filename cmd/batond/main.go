@@ -78,8 +78,8 @@ type options struct {
 
 // defaultGCPercent is batond's GOGC unless the environment sets one. The
 // live heap of a lock server is mostly its lock table, and the default of
-// 100 lets RSS reach twice that; 50 took RSS per held lock from 485 to 413
-// bytes with no measurable loss of throughput (BENCHMARKS.md).
+// 100 lets RSS reach twice that; 50 took RSS per held lock from 530 to 480
+// bytes (medians of 3) with no measurable loss of throughput (BENCHMARKS.md).
 const defaultGCPercent = 50
 
 func main() {
