@@ -6,10 +6,8 @@ package client
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,42 +17,11 @@ import (
 	"github.com/baton-dev/baton/tools/harness"
 )
 
-// batondBin is the batond TestMain built; "" under -short.
-var batondBin string
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() || flag.Lookup("test.list").Value.String() != "" ||
-		flag.Lookup("test.run").Value.String() == "^$" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "baton-client-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "client e2e:", err)
-		os.Exit(1)
-	}
-	batondBin, err = harness.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "client e2e: build batond:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-func bin(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end test: skipped with -short")
-	}
-	return batondBin
-}
+func TestMain(m *testing.M) { harness.Main(m) }
 
 func startNode(t *testing.T) *harness.Node {
 	t.Helper()
-	return harness.StartNode(t, bin(t), harness.Options{Shards: 4})
+	return harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 4})
 }
 
 // connWith returns the first connection of c that has an unanswered
@@ -523,7 +490,7 @@ func settledLeader(t *testing.T, nodes []*harness.Node, key string) *harness.Nod
 // MOVED to the leader and prefers it from then on.
 func TestMovedInCluster(t *testing.T) {
 	t.Parallel()
-	nodes := harness.StartCluster(t, bin(t), 3, harness.Options{Shards: 1})
+	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: 1})
 	leader := settledLeader(t, nodes, "mv")
 	follower := nodes[2]
 	c := newTestClient(t, follower.ClientAddr)
@@ -549,7 +516,7 @@ func TestMovedInCluster(t *testing.T) {
 // tokens keep growing.
 func TestLeaderKilledDuringStream(t *testing.T) {
 	t.Parallel()
-	nodes := harness.StartCluster(t, bin(t), 3, harness.Options{Shards: 1})
+	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: 1})
 	leader := settledLeader(t, nodes, "stream/0")
 	addrs := make([]string, len(nodes))
 	for i, nd := range nodes {

@@ -25,5 +25,21 @@ wait_ready() {
 	return 1
 }
 
+# A single node for the scripts that measure one: CLIENT and RAFT are its
+# addresses (the script sets them), pid its process while it runs.
+pid=""
+trap 'stop; rm -rf "$work"' EXIT
+
+# stop ends the node started last.
+stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=""; }
+
+# start SHARDS: a fresh node in a new data dir, returning once it serves.
+start() {
+	rm -rf "$work/data"
+	bin/batond --peers "$RAFT/$CLIENT" --data "$work/data" --shards "$1" >"$work/node.log" 2>&1 &
+	pid=$!
+	wait_ready "$CLIENT" || { echo "node did not start:"; cat "$work/node.log"; exit 1; }
+}
+
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "go: $(go version)"

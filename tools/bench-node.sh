@@ -18,17 +18,6 @@ IDLE=${IDLE:-10000}
 CLIENT=127.0.0.1:17900
 RAFT=127.0.0.1:17901
 
-pid=""
-stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=""; }
-trap 'stop; rm -rf "$work"' EXIT
-
-# start SHARDS: a fresh node in a new data dir, ready when it answers.
-start() {
-	rm -rf "$work/data"
-	bin/batond --peers "$RAFT/$CLIENT" --data "$work/data" --shards "$1" >"$work/node.log" 2>&1 &
-	pid=$!
-	wait_ready "$CLIENT" || { echo "node did not start:"; cat "$work/node.log"; exit 1; }
-}
 
 for shards in 1 4; do
 	: >"$work/rate" ; : >"$work/p50" ; : >"$work/p99"

@@ -11,17 +11,6 @@ PLOT=${PLOT:-}
 CLIENT=127.0.0.1:17950
 RAFT=127.0.0.1:17951
 
-pid=""
-stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=""; }
-trap 'stop; rm -rf "$work"' EXIT
-
-start() {
-	rm -rf "$work/data"
-	bin/batond --peers "$RAFT/$CLIENT" --data "$work/data" --shards "$1" >"$work/node.log" 2>&1 &
-	pid=$!
-	wait_ready "$CLIENT" || { echo "node did not start:"; cat "$work/node.log"; exit 1; }
-}
-
 # run LABEL SHARDS BENCH-FLAGS...: one measurement on a fresh node.
 run() {
 	local label=$1 shards=$2

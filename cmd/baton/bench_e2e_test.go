@@ -18,7 +18,7 @@ func benchNode(t *testing.T) *harness.Node {
 	if testing.Short() {
 		t.Skip("end-to-end test: skipped with -short")
 	}
-	return harness.StartNode(t, batondBin, harness.Options{})
+	return harness.StartNode(t, harness.Bin(t), harness.Options{})
 }
 
 // benchJSON runs baton bench with args against addr, expects exit 0, and

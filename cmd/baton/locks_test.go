@@ -28,41 +28,17 @@ import (
 
 const runMainEnv = "BATON_TEST_RUN_MAIN"
 
-// batondBin is the batond TestMain built; "" under -short.
-var batondBin string
-
 func TestMain(m *testing.M) {
 	if os.Getenv(runMainEnv) == "1" {
 		main()
 		return
 	}
-	flag.Parse()
-	if testing.Short() || flag.Lookup("test.list").Value.String() != "" ||
-		flag.Lookup("test.run").Value.String() == "^$" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "baton-cli-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "baton e2e:", err)
-		os.Exit(1)
-	}
-	batondBin, err = harness.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "baton e2e: build batond:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	harness.Main(m)
 }
 
 func startNode(t *testing.T) *harness.Node {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end test: skipped with -short")
-	}
-	return harness.StartNode(t, batondBin, harness.Options{Shards: 2})
+	return harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 2})
 }
 
 // syncBuffer is a bytes.Buffer that a command's output copier and the test

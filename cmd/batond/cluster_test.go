@@ -73,7 +73,7 @@ func ask(addr, line string) string {
 
 func TestClusterPriorityAndFailover(t *testing.T) {
 	t.Parallel()
-	nodes := harness.StartCluster(t, bin(t), 3, harness.Options{Shards: 4})
+	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: 4})
 	waitLeads(t, nodes, nodes[0], 15*time.Second)
 
 	c1 := harness.Dial(t, nodes[0].ClientAddr)
@@ -111,7 +111,7 @@ func TestClusterPriorityAndFailover(t *testing.T) {
 // was answered OK is still held, with its token, on node 2.
 func TestClusterGracefulHandOff(t *testing.T) {
 	t.Parallel()
-	nodes := harness.StartCluster(t, bin(t), 3, harness.Options{Shards: 4})
+	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: 4})
 	waitLeads(t, nodes, nodes[0], 15*time.Second)
 
 	type grant struct {
@@ -168,7 +168,7 @@ func TestClusterGracefulHandOff(t *testing.T) {
 // (in bounded time) with three dead, and serve again when one comes back.
 func TestClusterQuorum(t *testing.T) {
 	t.Parallel()
-	nodes := harness.StartCluster(t, bin(t), 5, harness.Options{Shards: 2})
+	nodes := harness.StartCluster(t, harness.Bin(t), 5, harness.Options{Shards: 2})
 	waitLeads(t, nodes, nodes[0], 20*time.Second)
 
 	nodes[0].Kill()
@@ -206,7 +206,7 @@ func TestClusterQuorum(t *testing.T) {
 func TestClusterPartition(t *testing.T) {
 	t.Parallel()
 	links := harness.NewLinks()
-	nodes := harness.StartCluster(t, bin(t), 3, harness.Options{Shards: 2, Links: links})
+	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: 2, Links: links})
 	waitLeads(t, nodes, nodes[0], 15*time.Second)
 	c1 := harness.Dial(t, nodes[0].ClientAddr)
 	held := acquire(t, c1, "p/held", 60000)
@@ -242,7 +242,7 @@ func TestClusterPartition(t *testing.T) {
 // everything acknowledged is still there and tokens keep growing.
 func TestClusterFullRestart(t *testing.T) {
 	t.Parallel()
-	nodes := harness.StartCluster(t, bin(t), 3, harness.Options{Shards: 2})
+	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: 2})
 	waitLeads(t, nodes, nodes[0], 15*time.Second)
 	c := harness.Dial(t, nodes[0].ClientAddr)
 	held := acquire(t, c, "r/held", 600000)

@@ -6,7 +6,6 @@ package main_test
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -24,41 +23,7 @@ import (
 	"github.com/baton-dev/baton/tools/harness"
 )
 
-// batondBin is the batond TestMain built; "" under -short.
-var batondBin string
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	// Nothing to build when no test will run: -short (every test skips
-	// itself), go test -list (make fuzz discovers targets so) or -run '^$'.
-	if testing.Short() || flag.Lookup("test.list").Value.String() != "" ||
-		flag.Lookup("test.run").Value.String() == "^$" {
-		os.Exit(m.Run())
-	}
-	dir, err := os.MkdirTemp("", "batond-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e:", err)
-		os.Exit(1)
-	}
-	batondBin, err = harness.Build(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: build batond:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// bin returns the batond binary, or skips an end-to-end test under -short.
-func bin(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end test: skipped with -short")
-	}
-	return batondBin
-}
+func TestMain(m *testing.M) { harness.Main(m) }
 
 // Time bounds. Lower bounds are exact: they come from the protocol. Upper
 // bounds are generous, since the tests share a small, noisy machine (and
@@ -74,7 +39,7 @@ const (
 
 func startNode(t *testing.T) *harness.Node {
 	t.Helper()
-	return harness.StartNode(t, bin(t), harness.Options{Shards: 4})
+	return harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 4})
 }
 
 // --- protocol helpers -------------------------------------------------------
@@ -1036,7 +1001,7 @@ func singleNodeArgs(t *testing.T, data string) []string {
 
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	res := harness.Run(t, bin(t), "", 10*time.Second, "--help")
+	res := harness.Run(t, harness.Bin(t), "", 10*time.Second, "--help")
 	if res.TimedOut || res.Code != 0 {
 		t.Fatalf("--help: exit %d (timed out %v), want 0", res.Code, res.TimedOut)
 	}
@@ -1065,7 +1030,7 @@ func TestBadFlags(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			args := append(singleNodeArgs(t, filepath.Join(t.TempDir(), "data")), tc.args...)
-			res := harness.Run(t, bin(t), "", 30*time.Second, args...)
+			res := harness.Run(t, harness.Bin(t), "", 30*time.Second, args...)
 			expectRefusal(t, res, tc.words...)
 			if lines := strings.Split(strings.TrimRight(res.Stderr, "\n"), "\n"); tc.onlyLine && len(lines) != 1 {
 				t.Errorf("stderr has %d lines, want one:\n%s", len(lines), res.Stderr)
@@ -1093,7 +1058,7 @@ func TestAddressInUse(t *testing.T) {
 				t.Skipf("cannot occupy %s: %v", busy, err)
 			}
 			defer l.Close()
-			res := harness.Run(t, bin(t), "", 30*time.Second,
+			res := harness.Run(t, harness.Bin(t), "", 30*time.Second,
 				"--id", "1", "--peers", addrs[0]+"/"+addrs[1], "--http", addrs[2],
 				"--data", filepath.Join(t.TempDir(), "data"), "--shards", "4")
 			_, port, _ := net.SplitHostPort(busy)
@@ -1109,7 +1074,7 @@ func TestDataDirLocked(t *testing.T) {
 	tok := acquire(t, c, "locked/k", 60000)
 
 	// Other ports, so that the data dir is the only thing the two share.
-	res := harness.Run(t, bin(t), "", 30*time.Second, singleNodeArgs(t, n.DataDir)...)
+	res := harness.Run(t, harness.Bin(t), "", 30*time.Second, singleNodeArgs(t, n.DataDir)...)
 	expectRefusal(t, res, n.DataDir, "data")
 
 	// The first node is unharmed.
@@ -1141,7 +1106,7 @@ func TestSettingsFixed(t *testing.T) {
 				args[i+1] = tc.change(args[i+1])
 			}
 		}
-		res := harness.Run(t, bin(t), "", 30*time.Second, args...)
+		res := harness.Run(t, harness.Bin(t), "", 30*time.Second, args...)
 		expectRefusal(t, res, strings.TrimPrefix(tc.flag, "--"))
 	}
 
@@ -1179,7 +1144,7 @@ func TestSignalsExitZero(t *testing.T) {
 // ports, data in ./baton-data.
 func TestDefaults(t *testing.T) {
 	t.Parallel()
-	b := bin(t)
+	b := harness.Bin(t)
 	for _, a := range []string{"127.0.0.1:7700", "127.0.0.1:7701"} {
 		l, err := net.Listen("tcp", a)
 		if err != nil {
@@ -1207,7 +1172,7 @@ var promLine = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? ([-+]?[0-9
 
 func TestHTTP(t *testing.T) {
 	t.Parallel()
-	n := harness.StartNode(t, bin(t), harness.Options{Shards: 4, HTTP: true})
+	n := harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 4, HTTP: true})
 	c := harness.Dial(t, n.ClientAddr)
 	tok := acquire(t, c, "http/k", 10000)
 	do(t, c, fmt.Sprintf("R http/k %d", tok), "R http/k OK")

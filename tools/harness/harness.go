@@ -18,6 +18,7 @@ package harness
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -141,4 +142,45 @@ func freeAddrs(n int) ([]string, error) {
 		addrs = append(addrs, l.Addr().String())
 	}
 	return addrs, nil
+}
+
+// built is the batond Main built; "" when it built none.
+var built string
+
+// Main is the TestMain of a package with end-to-end tests: it builds batond
+// once into a temporary directory, runs the tests, removes the build and
+// exits with the tests' status. It builds nothing when no end-to-end test
+// will run: under -short (they skip themselves), go test -list (make fuzz
+// discovers targets so) or -run '^$'.
+func Main(m *testing.M) {
+	flag.Parse()
+	if testing.Short() || flag.Lookup("test.list").Value.String() != "" ||
+		flag.Lookup("test.run").Value.String() == "^$" {
+		os.Exit(m.Run())
+	}
+	dir, err := os.MkdirTemp("", "batond-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "harness:", err)
+		os.Exit(1)
+	}
+	if built, err = Build(dir); err != nil {
+		fmt.Fprintln(os.Stderr, "harness: build batond:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Bin returns the batond Main built, and skips t under -short.
+func Bin(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	if built == "" {
+		t.Fatal("harness: no batond was built: call harness.Main from TestMain")
+	}
+	return built
 }
