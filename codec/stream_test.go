@@ -42,30 +42,22 @@ func mixedLines(n int) []byte {
 // or error is described as the bytes the server would answer (or echo), so
 // results compare as strings and outlive the buffer. closed reports an
 // overlong line, after which the reader stops; pending is the number of
-// bytes still waiting for their LF.
+// bytes still waiting for their LF (0 once closed). The splitting is
+// splitAll's, so both fuzz and stream tests exercise one reader loop.
 func readRequests(chunks ...[]byte) (events []string, pending int, closed bool) {
-	var buf []byte
-	for _, c := range chunks {
-		buf = append(buf, c...)
-		for {
-			line, n, err := SplitLine(buf)
-			if err != nil {
-				events = append(events, string(AppendParseError(nil, nil, err.(*ParseError))))
-				return events, len(buf), true
-			}
-			if n == 0 {
-				break
-			}
-			var r Request
-			if err := ParseRequest(line, &r); err != nil {
-				events = append(events, string(AppendParseError(nil, &r, err.(*ParseError))))
-			} else {
-				events = append(events, string(AppendRequest(nil, &r)))
-			}
-			buf = buf[n:]
+	lines, pending, closed := splitAll(chunks...)
+	for _, line := range lines {
+		var r Request
+		if err := ParseRequest([]byte(line), &r); err != nil {
+			events = append(events, string(AppendParseError(nil, &r, err.(*ParseError))))
+		} else {
+			events = append(events, string(AppendRequest(nil, &r)))
 		}
 	}
-	return events, len(buf), false
+	if closed {
+		events = append(events, string(AppendParseError(nil, nil, ErrTooLong)))
+	}
+	return events, pending, closed
 }
 
 func TestStreaming(t *testing.T) {
