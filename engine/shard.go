@@ -391,14 +391,14 @@ func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, n
 		return
 	}
 	if o != nil {
-		s.answer(o, c, res, failed)
+		s.answer(o, c, res, failed, now)
 	}
 	s.grantHead(ks)
 	s.forgetIfIdle(ks)
 }
 
 // answer tells the requester of one of this node's commands its outcome.
-func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool) {
+func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now int64) {
 	ks := o.ks
 	switch o.kind {
 	case originInternal:
@@ -421,7 +421,7 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool) {
 		}
 		granted := res.Code == sm.Granted
 		switch {
-		case granted && (failed || w.abandoned || w.cs.peerGone()):
+		case granted && (failed || w.abandoned || w.cs.peerGone(now)):
 			// Nobody waits for this grant any more: give it back at once.
 			s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: res.Token}, origin{kind: originInternal, ks: ks, token: res.Token})
 			s.handOff(ks)
@@ -476,10 +476,17 @@ func (s *shard) sendDeferred(z *waiter) {
 }
 
 // setDeadline starts the holder's lease afresh from now.
+//
+// Only the serving leader arms the lease timer: a follower's deadlines are
+// restarted by startServing when it takes over, so keeping a heap of them
+// would cost every follower a heap update per command for nothing. A key
+// still armed from an earlier term is moved, to keep the heap ordered.
 func (s *shard) setDeadline(ks *keyState, now int64) {
 	ks.deadline = now + msToNanos(ks.leaseMs)
-	s.leases.set(ks)
-	s.timerMayBeEarlier(ks.deadline)
+	if s.serving || ks.leaseIdx != notInHeap {
+		s.leases.set(ks)
+		s.timerMayBeEarlier(ks.deadline)
+	}
 }
 
 // expireFailed re-arms a held key's lease after an Expire of ours did not
@@ -602,8 +609,9 @@ func (s *shard) fireTimers(now int64) (next int64, ok bool) {
 }
 
 // leaseDue proposes Expire for a lease that ran out, with the next waiter's
-// Grant in the same batch. Only the serving leader acts; a follower keeps
-// its deadlines for when it takes over.
+// Grant in the same batch. Only the serving leader acts: a lease armed
+// before leadership moved away is dropped here, and re-armed by
+// startServing if leadership comes back.
 func (s *shard) leaseDue(ks *keyState, now int64) {
 	if !s.serving || ks.token == 0 || ks.expiring {
 		return // startServing re-arms every lease; an Expire settles the rest
