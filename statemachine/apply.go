@@ -8,9 +8,11 @@ type row struct {
 	leaseMs uint32
 }
 
-// table is the in-memory mirror of one shard's pebble table plus its token
-// counter. Update applies commands here and only writes pebble, never reads
-// it, which keeps the hot path to a map lookup per command.
+// table is one shard's lock table and token counter, in memory. Update
+// applies commands here and never reads pebble, which keeps the hot path to
+// a map lookup per command; pebble holds a checkpoint of the table (see
+// onDisk.checkpoint), and changed is what the table has that the checkpoint
+// has not.
 //
 // Rows live in a slab indexed from the map rather than as map values:
 // assigning m[string(key)] allocates the key string even when the key is
@@ -21,64 +23,77 @@ type table struct {
 	slot  map[string]uint32
 	rows  []row
 	free  []uint32 // slots of rows released, reused before rows grows
+
+	// changed maps every key whose row differs from the last checkpoint
+	// to whether the checkpoint has a row for it. A key's first change
+	// since the checkpoint tells: only a Grant changes a key the
+	// checkpoint holds as free. A key granted and released between two
+	// checkpoints (most keys, under load) leaves the set again and never
+	// reaches pebble.
+	changed map[string]bool
 }
 
 func newTable(shard uint64, seq uint64, sizeHint int) *table {
 	return &table{
-		shard: shard,
-		seq:   seq,
-		slot:  make(map[string]uint32, sizeHint),
-		rows:  make([]row, 0, sizeHint),
+		shard:   shard,
+		seq:     seq,
+		slot:    make(map[string]uint32, sizeHint),
+		rows:    make([]row, 0, sizeHint),
+		changed: make(map[string]bool),
 	}
 }
 
-// change says what apply did to the command's key, i.e. what the pebble batch
-// must record for it.
-type change uint8
-
-const (
-	unchanged change = iota
-	put              // the key now holds the returned row
-	del              // the key is now free
-)
-
 // apply executes one command. It is the whole of baton's lock semantics and
 // must stay deterministic: its only inputs are the table and the command.
-func (t *table) apply(c *Command) (Result, change, row) {
+func (t *table) apply(c *Command) Result {
 	i, held := t.slot[string(c.Key)]
 	switch c.Op {
 	case OpGrant:
 		if held {
-			return Result{Code: GrantRejected}, unchanged, row{}
+			return Result{Code: GrantRejected}
 		}
 		t.seq++
 		r := row{token: t.seq<<ShardBits | t.shard, leaseMs: c.LeaseMs}
-		t.insert(c.Key, r)
-		return Result{Code: Granted, Token: r.token}, put, r
+		k := t.insert(c.Key, r)
+		if _, ok := t.changed[k]; !ok {
+			t.changed[k] = false
+		}
+		return Result{Code: Granted, Token: r.token}
 	case OpRelease:
 		if !held || (c.Token != 0 && t.rows[i].token != c.Token) {
-			return Result{Code: NotHeld}, unchanged, row{}
+			return Result{Code: NotHeld}
 		}
 		tok := t.rows[i].token
 		t.remove(c.Key, i)
-		return Result{Code: Released, Token: tok}, del, row{}
+		return Result{Code: Released, Token: tok}
 	case OpExtend:
 		if !held || t.rows[i].token != c.Token {
-			return Result{Code: NotHeld}, unchanged, row{}
+			return Result{Code: NotHeld}
 		}
+		t.change(c.Key)
 		t.rows[i].leaseMs = c.LeaseMs
-		return Result{Code: Extended, Token: c.Token}, put, t.rows[i]
+		return Result{Code: Extended, Token: c.Token}
 	case OpExpire:
 		if !held || t.rows[i].token != c.Token {
-			return Result{Code: Noop}, unchanged, row{}
+			return Result{Code: Noop}
 		}
 		t.remove(c.Key, i)
-		return Result{Code: Expired, Token: c.Token}, del, row{}
+		return Result{Code: Expired, Token: c.Token}
 	}
-	return Result{Code: Noop}, unchanged, row{}
+	return Result{Code: Noop}
 }
 
-func (t *table) insert(key []byte, r row) {
+// change records that a held key is about to change. Its first change
+// since the checkpoint finds it held, so the checkpoint has its row.
+func (t *table) change(key []byte) {
+	if _, ok := t.changed[string(key)]; !ok {
+		t.changed[string(key)] = true
+	}
+}
+
+// insert adds a row and returns the key string the map keeps, so that
+// other indexes of the key can share it.
+func (t *table) insert(key []byte, r row) string {
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i = t.free[n-1]
@@ -88,10 +103,20 @@ func (t *table) insert(key []byte, r row) {
 		i = uint32(len(t.rows))
 		t.rows = append(t.rows, r)
 	}
-	t.slot[string(key)] = i
+	k := string(key)
+	t.slot[k] = i
+	return k
 }
 
+// remove frees a held key. A key granted since the checkpoint is back to
+// what the checkpoint says (free), so it is no longer changed at all.
 func (t *table) remove(key []byte, i uint32) {
+	switch stored, ok := t.changed[string(key)]; {
+	case !ok:
+		t.changed[string(key)] = true
+	case !stored:
+		delete(t.changed, string(key))
+	}
 	delete(t.slot, string(key))
 	t.rows[i] = row{}
 	t.free = append(t.free, i)

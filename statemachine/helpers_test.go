@@ -39,6 +39,14 @@ func openSM(t testing.TB, db *pebble.DB, obs Observer, shard uint64) (*onDisk, u
 	return s, applied
 }
 
+// syncSM writes and fsyncs s's checkpoint, as dragonboat's Sync does.
+func syncSM(t testing.TB, s *onDisk) {
+	t.Helper()
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func grant(key string, lease uint32) Command {
 	return Command{Op: OpGrant, Key: []byte(key), LeaseMs: lease}
 }

@@ -71,8 +71,8 @@ func OpenDB(dir string) (*pebble.DB, error) {
 // returns a LookupResult value. It reads the in-memory table under a
 // read-write mutex, so it is safe while dragonboat runs Update or
 // RecoverFromSnapshot concurrently; it may see the effects of an Update
-// whose pebble batch is still being committed (those entries are committed
-// in Raft, so this is never older than the committed state).
+// that has not returned yet (those entries are committed in Raft, so this
+// is never older than the committed state).
 func Factory(db *pebble.DB, obs Observer) sm.CreateOnDiskStateMachineFunc {
 	return func(shardID, replicaID uint64) sm.IOnDiskStateMachine {
 		return newOnDisk(db, obs, shardID)
@@ -98,7 +98,10 @@ type onDisk struct {
 	mu sync.RWMutex
 	t  *table // nil before Open and after Close
 
-	applied uint64 // last applied Raft index, as in the meta
+	applied uint64 // last applied Raft index (the meta has the checkpoint's)
+
+	// uncheckpointed counts the commands applied since the last checkpoint.
+	uncheckpointed int
 
 	// Scratch reused by every Update.
 	cmds    []Command
@@ -253,15 +256,15 @@ func (s *onDisk) reset() {
 	}
 }
 
-// Update implements sm.IOnDiskStateMachine. See the package doc for what
-// it writes; Result.Value is the entry's number of commands (0 for an empty
-// or undecodable entry).
+// Update implements sm.IOnDiskStateMachine: it applies the entries to the
+// in-memory table and tells the observer; pebble is written only when the
+// keys changed since the last checkpoint reach checkpointKeys (see the
+// package doc). Result.Value is the entry's number of commands (0 for an
+// empty or undecodable entry).
 func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	if len(ents) == 0 {
 		return ents, nil
 	}
-	b := s.db.NewBatch()
-	defer b.Close()
 	cmds, results, spans := s.cmds[:0], s.results[:0], s.spans[:0]
 
 	s.mu.Lock()
@@ -285,38 +288,20 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			continue
 		}
 		for j := start; j < len(cmds); j++ {
-			r, ch, v := t.apply(&cmds[j])
-			results = append(results, r)
-			switch ch {
-			case put:
-				op := b.SetDeferred(prefixLen+len(cmds[j].Key), rowLen)
-				copy(op.Key, s.tableLo[:])
-				copy(op.Key[prefixLen:], cmds[j].Key)
-				binary.LittleEndian.PutUint64(op.Value, v.token)
-				binary.LittleEndian.PutUint32(op.Value[8:], v.leaseMs)
-				_ = op.Finish() // cannot fail: the batch is not indexed
-			case del:
-				op := b.DeleteDeferred(prefixLen + len(cmds[j].Key))
-				copy(op.Key, s.tableLo[:])
-				copy(op.Key[prefixLen:], cmds[j].Key)
-				_ = op.Finish()
-			}
+			results = append(results, t.apply(&cmds[j]))
 		}
 		e.Result.Value = uint64(len(cmds) - start)
 		spans = append(spans, span{index: e.Index, h: h, start: start, end: len(cmds)})
 	}
-	seq := t.seq
 	s.mu.Unlock()
-
 	s.applied = ents[len(ents)-1].Index
-	meta := encodeMeta(s.applied, seq)
-	_ = b.Set(s.metaKey[:], meta[:], nil)
-	if err := b.Commit(pebble.NoSync); err != nil {
-		// The map is now ahead of pebble; dragonboat stops the node on an
-		// Update error, and Open reloads the map from pebble.
-		return ents, fmt.Errorf("statemachine: shard %d: commit: %w", s.shard, err)
+	s.uncheckpointed += len(cmds)
+
+	var err error
+	if len(t.changed) >= checkpointKeys || s.uncheckpointed >= checkpointCommands {
+		err = s.checkpoint(pebble.NoSync)
 	}
-	if s.obs != nil {
+	if err == nil && s.obs != nil {
 		for _, sp := range spans {
 			s.obs.Applied(s.shard, sp.index, sp.h, cmds[sp.start:sp.end], results[sp.start:sp.end])
 		}
@@ -325,7 +310,57 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	// collected before the next Update.
 	clear(cmds)
 	s.cmds, s.results, s.spans = cmds[:0], results[:0], spans[:0]
-	return ents, nil
+	return ents, err
+}
+
+// Update writes a checkpoint of its own when either bound is reached, so
+// that however long dragonboat waits between Syncs (minutes), the changed
+// set (and the batch that writes it) stays a few MiB, and a restart after
+// a crash applies at most about a million commands again (a fraction of a
+// second) before the node serves.
+const (
+	checkpointKeys     = 1 << 16 // keys changed since the last checkpoint
+	checkpointCommands = 1 << 20 // commands applied since the last checkpoint
+)
+
+// checkpoint writes, in one pebble batch, the row of every key changed since
+// the last checkpoint (a delete for a key that is free now and was held
+// then), and the meta: applied index and seq. Only the serialized methods
+// call it, so the table cannot change under it; Lookup only reads.
+//
+// Until the next checkpoint pebble lags the table; that is safe because
+// the Raft log keeps every entry after the index in the meta: dragonboat
+// compacts the log only up to an index it has called Sync at, and Open
+// returns the checkpoint's index, from which dragonboat applies the log
+// again.
+func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
+	t := s.t
+	b := s.db.NewBatch()
+	defer b.Close()
+	for k, stored := range t.changed {
+		if i, held := t.slot[k]; held {
+			op := b.SetDeferred(prefixLen+len(k), rowLen)
+			copy(op.Key, s.tableLo[:])
+			copy(op.Key[prefixLen:], k)
+			binary.LittleEndian.PutUint64(op.Value, t.rows[i].token)
+			binary.LittleEndian.PutUint32(op.Value[8:], t.rows[i].leaseMs)
+			_ = op.Finish() // cannot fail: the batch is not indexed
+		} else if stored {
+			op := b.DeleteDeferred(prefixLen + len(k))
+			copy(op.Key, s.tableLo[:])
+			copy(op.Key[prefixLen:], k)
+			_ = op.Finish()
+		}
+	}
+	meta := encodeMeta(s.applied, t.seq)
+	_ = b.Set(s.metaKey[:], meta[:], nil)
+	if err := b.Commit(opts); err != nil {
+		// The changes stay recorded: the next checkpoint writes them.
+		return fmt.Errorf("statemachine: shard %d: checkpoint: %w", s.shard, err)
+	}
+	clear(t.changed)
+	s.uncheckpointed = 0
+	return nil
 }
 
 // Lookup implements sm.IOnDiskStateMachine: a LookupKey answers a
@@ -344,18 +379,23 @@ func (s *onDisk) Lookup(q interface{}) (interface{}, error) {
 	return LookupResult{Held: held, Token: r.token, LeaseMs: r.leaseMs}, nil
 }
 
-// Sync implements sm.IOnDiskStateMachine. Update commits without fsync; one
-// fsync of pebble's WAL makes every batch written before it durable.
+// Sync implements sm.IOnDiskStateMachine: a checkpoint, fsynced (which
+// also makes every earlier checkpoint durable: pebble's WAL is in order).
 func (s *onDisk) Sync() error {
-	if err := s.db.LogData(nil, pebble.Sync); err != nil {
-		return fmt.Errorf("statemachine: shard %d: sync: %w", s.shard, err)
+	if s.t == nil {
+		return nil // Close wrote the last checkpoint
 	}
-	return nil
+	return s.checkpoint(pebble.Sync)
 }
 
-// Close implements sm.IOnDiskStateMachine. It drops the in-memory table and
+// Close implements sm.IOnDiskStateMachine. It writes a checkpoint, so that
+// a clean restart applies nothing twice, then drops the in-memory table and
 // any snapshot not yet saved; the shared DB stays open.
 func (s *onDisk) Close() error {
+	var err error
+	if s.t != nil {
+		err = s.checkpoint(pebble.NoSync)
+	}
 	s.mu.Lock()
 	s.t = nil
 	s.mu.Unlock()
@@ -368,5 +408,5 @@ func (s *onDisk) Close() error {
 	for _, c := range pending {
 		s.release(c)
 	}
-	return nil
+	return err
 }

@@ -93,6 +93,8 @@ func TestReplicasAgree(t *testing.T) {
 	if !reflect.DeepEqual(obsA.calls(), obsB.calls()) {
 		t.Fatal("observers were told different things")
 	}
+	syncSM(t, a)
+	syncSM(t, b)
 	if ta, tb := scan(t, dbA, nil, nil), scan(t, dbB, nil, nil); !slices.Equal(ta, tb) {
 		t.Fatalf("tables differ:\n%v\n%v", ta, tb)
 	}
@@ -114,9 +116,10 @@ func TestReplicasAgree(t *testing.T) {
 	}
 }
 
-// checkMirror verifies that the in-memory table is exactly what pebble holds.
+// checkMirror verifies that a checkpoint stores exactly the in-memory table.
 func checkMirror(t *testing.T, s *onDisk) {
 	t.Helper()
+	syncSM(t, s)
 	fresh, _ := openSM(t, s.db, nil, s.shard)
 	if !reflect.DeepEqual(locks(s), locks(fresh)) {
 		t.Fatalf("memory and pebble disagree:\n%v\n%v", locks(s), locks(fresh))
@@ -153,6 +156,7 @@ func TestUpdateResultsAndObserver(t *testing.T) {
 	if !reflect.DeepEqual(calls, want) {
 		t.Fatalf("observer got\n%+v\nwant\n%+v", calls, want)
 	}
+	syncSM(t, s)
 	if got, _, _, _ := s.readMeta(); got != 5 {
 		t.Errorf("meta applied = %d, want 5", got)
 	}
@@ -166,17 +170,21 @@ func normalizeAll(cmds []Command) []Command {
 	return out
 }
 
-func TestObserverRunsAfterCommit(t *testing.T) {
-	db := newTestDB(t)
-	var seen []string
+func TestObserverSeesTheAppliedTable(t *testing.T) {
+	var s *onDisk
+	var seen LookupResult
 	obs := &funcObserver{applied: func(shard, index uint64) {
-		// What the observer is told must already be in pebble.
-		seen = scanShard(t, db, shard)
+		// The engine answers clients from here: a read must agree.
+		r, err := s.Lookup(LookupKey("a"))
+		if err != nil {
+			t.Error(err)
+		}
+		seen = r.(LookupResult)
 	}}
-	s, _ := openSM(t, db, obs, 1)
+	s, _ = openSM(t, newTestDB(t), obs, 1)
 	update(t, s, entry(1, grant("a", 1)))
-	if len(seen) != 2 { // the row and the meta
-		t.Fatalf("observer saw %v", seen)
+	if !seen.Held || seen.Token != 1<<ShardBits|1 {
+		t.Fatalf("observer's Lookup saw %+v", seen)
 	}
 }
 
@@ -206,9 +214,11 @@ func TestIdempotentCommands(t *testing.T) {
 			update(t, s, entry(1, grant("a", 10), grant("b", 10)))
 			e := entry(2, tc.cmd)
 			update(t, s, e)
+			syncSM(t, s)
 			before := scanShard(t, db, 1)
 			e.Index = 3 // a duplicate proposal lands at a later index
 			update(t, s, e)
+			syncSM(t, s)
 			after := scanShard(t, db, 1)
 			calls := obs.calls()
 			if got := calls[1].results[0].Code; got != tc.first {
@@ -299,6 +309,8 @@ func TestShardsShareADB(t *testing.T) {
 		}
 	}
 	// Reopening each shard sees only its own rows.
+	syncSM(t, s1)
+	syncSM(t, s2)
 	r1, _ := openSM(t, db, nil, 1)
 	r2, _ := openSM(t, db, nil, 2)
 	if len(locks(r1)) != 2 || len(locks(r2)) != 1 {
@@ -324,6 +336,8 @@ func TestOpenDropsRowsWithoutMeta(t *testing.T) {
 	update(t, s, entry(1, grant("a", 1)))
 	other, _ := openSM(t, db, nil, 5)
 	update(t, other, entry(1, grant("a", 1)))
+	syncSM(t, s)
+	syncSM(t, other)
 	// What a crash in the middle of RecoverFromSnapshot leaves behind.
 	if err := db.Delete(s.metaKey[:], nil); err != nil {
 		t.Fatal(err)
@@ -398,4 +412,71 @@ func TestConcurrentLookup(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// TestCheckpoint checks what pebble holds between checkpoints: a crash
+// (a second state machine opened over the same DB without Close) finds the
+// last checkpoint, and applying the log from its index rebuilds the table.
+func TestCheckpoint(t *testing.T) {
+	db := newTestDB(t)
+	s, _ := openSM(t, db, nil, 2)
+	log := []sm.Entry{
+		entry(1, grant("a", 10), grant("b", 20), grant("c", 30)),
+		entry(2, release("a", 0), extend("b", 2<<ShardBits|2, 25)),
+	}
+	update(t, s, log...)
+	crashed := func() (*onDisk, uint64) {
+		fresh, applied := openSM(t, db, nil, 2)
+		var replay []sm.Entry
+		for _, e := range log {
+			if e.Index > applied {
+				replay = append(replay, e)
+			}
+		}
+		update(t, fresh, replay...)
+		if !reflect.DeepEqual(locks(fresh), locks(s)) {
+			t.Fatalf("replayed from %d: %v, want %v", applied, locks(fresh), locks(s))
+		}
+		return fresh, applied
+	}
+	if _, applied := crashed(); applied != 0 {
+		t.Fatalf("no checkpoint yet, but Open returned %d", applied)
+	}
+
+	syncSM(t, s)
+	log = append(log, entry(3, release("b", 0), grant("a", 1), grant("tmp", 1)), entry(4, release("tmp", 0)))
+	update(t, s, log[2:]...)
+	if _, applied := crashed(); applied != 2 {
+		t.Fatalf("checkpoint at 2, but Open returned %d", applied)
+	}
+	syncSM(t, s)
+	if rows := scanShard(t, db, 2); len(rows) != 3 { // a, c and the meta
+		t.Fatalf("checkpoint holds %v", rows)
+	}
+	if _, applied := crashed(); applied != 4 {
+		t.Fatalf("checkpoint at 4, but Open returned %d", applied)
+	}
+
+	// Enough changed keys make Update write a checkpoint of its own.
+	var cmds []Command
+	for i := range checkpointKeys {
+		cmds = append(cmds, grant(fmt.Sprint("many/", i), 1))
+	}
+	log = append(log, entry(5, cmds...))
+	update(t, s, log[4])
+	if applied, _, _, _ := s.readMeta(); applied != 5 || len(s.t.changed) != 0 {
+		t.Fatalf("after %d changed keys: meta at %d, %d keys still changed", checkpointKeys, applied, len(s.t.changed))
+	}
+	crashed()
+
+	// So do enough commands, however few keys they change.
+	cmds = cmds[:0]
+	for range checkpointCommands / 2 {
+		cmds = append(cmds, grant("busy", 1), release("busy", 0))
+	}
+	log = append(log, entry(6, cmds...))
+	update(t, s, log[5])
+	if applied, _, _, _ := s.readMeta(); applied != 6 {
+		t.Fatalf("after %d commands: meta at %d", checkpointCommands, applied)
+	}
 }

@@ -40,14 +40,17 @@ type snapCtx struct {
 }
 
 // PrepareSnapshot implements sm.IOnDiskStateMachine. It runs mutually
-// exclusive with Update, whose batches are committed when it returns, so the
-// pebble snapshot and the in-memory applied index and seq agree.
+// exclusive with Update; it writes a checkpoint first, so the pebble
+// snapshot and the in-memory applied index and seq agree.
 func (s *onDisk) PrepareSnapshot() (interface{}, error) {
 	s.mu.RLock()
 	t := s.t
 	s.mu.RUnlock()
 	if t == nil {
 		return nil, ErrClosed
+	}
+	if err := s.checkpoint(pebble.NoSync); err != nil {
+		return nil, err
 	}
 	c := &snapCtx{snap: s.db.NewSnapshot(), applied: s.applied, seq: t.seq}
 	s.snapMu.Lock()

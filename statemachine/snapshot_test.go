@@ -74,7 +74,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if tok := locks(dst)["next"].token; tok != (src.t.seq+1)<<ShardBits|3 {
 		t.Fatalf("next token %d", tok)
 	}
-	// The applied index survives a reopen too.
+	// The applied index survives a checkpoint and a reopen too.
+	syncSM(t, dst)
 	if _, applied := openSM(t, dst.db, nil, 3); applied != src.applied+1 {
 		t.Fatalf("reopened at %d", applied)
 	}
