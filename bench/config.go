@@ -57,7 +57,7 @@ type Config struct {
 	// caps the cycles in flight per connection. Not for expiry or hold.
 	Rate float64
 	// Via is ViaWire (the default when empty) or ViaClient (uncontended and
-	// contended only, closed loop).
+	// contended only; open loop with Rate too).
 	Via string
 	// FIFOSlack (contended) is how much earlier an acquire that is still
 	// waiting must have been sent than an acquire that is granted, for the
@@ -180,9 +180,6 @@ func (c *Config) Validate() error {
 	case ViaClient:
 		if c.Workload != WorkloadUncontended && c.Workload != WorkloadContended {
 			return fmt.Errorf("via client: only the uncontended and contended workloads (not %s)", c.Workload)
-		}
-		if c.Rate > 0 {
-			return errors.New("via client runs closed loop (no rate)")
 		}
 	default:
 		return fmt.Errorf("via %q: want %s or %s", c.Via, ViaWire, ViaClient)

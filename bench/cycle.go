@@ -82,7 +82,7 @@ type cycler struct {
 	measureStart time.Duration
 	slots        []cycleSlot
 	inflight     int
-	pace         *pacer // nil: closed loop
+	pace         *Pacer // nil: closed loop
 	idle         []int  // open loop: slots waiting for the schedule
 	exhausted    bool   // the ops budget is used up
 	st           connStats
@@ -103,11 +103,11 @@ func (c *cycler) next() time.Duration {
 	if c.pace == nil || len(c.idle) == 0 || c.exhausted {
 		return -1
 	}
-	return c.pace.peek()
+	return c.pace.Next()
 }
 
 func (c *cycler) fire(now time.Duration) {
-	for len(c.idle) > 0 && c.pace.peek() <= now && !c.exhausted && !c.p.stopping.Load() {
+	for len(c.idle) > 0 && c.pace.Next() <= now && !c.exhausted && !c.p.stopping.Load() {
 		i := c.idle[len(c.idle)-1]
 		c.idle = c.idle[:len(c.idle)-1]
 		c.start(i, now)
@@ -122,7 +122,7 @@ func (c *cycler) start(i int, now time.Duration) {
 	}
 	start := now
 	if c.pace != nil {
-		t, ok := c.pace.take(now)
+		t, ok := c.pace.Take(now)
 		if !ok {
 			c.idle = append(c.idle, i)
 			return
@@ -327,7 +327,7 @@ func runCycles(ctx context.Context, cfg *Config) (*Result, error) {
 		c.keys = keys(i)
 		initSlots(c.slots, i)
 		if cfg.Rate > 0 {
-			c.pace = newPacer(cfg.Rate, i, len(wires))
+			c.pace = NewPacer(cfg.Rate, i, len(wires))
 		}
 		hs[i], cyclers[i] = c, c
 	}
@@ -339,13 +339,11 @@ func runCycles(ctx context.Context, cfg *Config) (*Result, error) {
 
 	finishResult(res, cfg, &spec, rec, end, lines, keys(0).count())
 	if cfg.Rate > 0 {
+		var behind int64
 		for _, c := range cyclers {
-			res.Behind += c.pace.behind(end.haltAt)
+			behind += c.pace.Behind(end.haltAt)
 		}
-		if res.behindMuch() {
-			res.Notes = append(res.Notes, fmt.Sprintf("open loop fell behind: at the end %d cycles (%.0fms of the schedule) were due and not started; the server did not keep up with --rate",
-				res.Behind, float64(res.Behind)/cfg.Rate*1e3))
-		}
+		res.NoteBehind(behind)
 	}
 	return res, nil
 }

@@ -47,11 +47,15 @@
 // # Open loop
 //
 // With Rate set, each connection starts its cycles on a fixed schedule (a
-// pacer), whether or not the server keeps up, and a cycle's latency counts
+// Pacer), whether or not the server keeps up, and a cycle's latency counts
 // from when it should have started: a cycle that waited for a free slot
 // because the server was slow carries that wait (no coordinated
 // omission). A connection waiting for its next start sleeps in its read,
-// with a deadline at that start.
+// with a deadline at that start; through the Go client (ViaClient), the
+// cycle slots of a client share its Pacer and a free slot sleeps in
+// Pacer.Wait until the client's next start. Drivers outside this package
+// (tools/compare) pace their cycles with the same Pacer and report with
+// Result.NoteBehind, so that a rate means the same everywhere.
 //
 // # Hold
 //

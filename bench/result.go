@@ -104,11 +104,25 @@ type Result struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// behindMuch reports whether an open-loop run ended further behind its
+// FellBehind reports whether an open-loop run ended further behind its
 // schedule than a transient explains: more than one cycle per connection
 // (due in the instant the run stopped) and more than 100ms of the schedule.
-func (r *Result) behindMuch() bool {
+// Such a run did not achieve its Rate: the server did not keep up.
+func (r *Result) FellBehind() bool {
 	return r.Rate > 0 && r.Behind > int64(r.Conns) && float64(r.Behind) > r.Rate/10
+}
+
+// NoteBehind records, for an open-loop run (Rate and Conns set), that
+// behind cycles were due by the end and never started (the sum of the
+// connections' Pacer.Behind at the moment the run stopped sending), and
+// adds a note when the run fell behind. Every open-loop driver calls it, so
+// that a rate that was not achieved reads the same for every system.
+func (r *Result) NoteBehind(behind int64) {
+	r.Behind = behind
+	if r.FellBehind() {
+		r.Notes = append(r.Notes, fmt.Sprintf("open loop fell behind: at the end %d cycles (%.0fms of the schedule) were due and not started; the server did not keep up with --rate",
+			r.Behind, float64(r.Behind)/r.Rate*1e3))
+	}
 }
 
 // Point is one second of a run.
@@ -187,7 +201,7 @@ func (r *Result) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "measured     %.2fs after %.1fs warm-up (%s), %d keys\n", r.DurationS, r.WarmupS, stopText(r.Stop), r.Keys)
 		if r.Rate > 0 {
 			fmt.Fprintf(&b, "open loop    target %.0f cycles/s; latency from each cycle's intended start", r.Rate)
-			if r.behindMuch() {
+			if r.FellBehind() {
 				fmt.Fprintf(&b, "; FELL BEHIND by %d cycles", r.Behind)
 			}
 			b.WriteString("\n")

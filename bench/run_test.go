@@ -388,7 +388,7 @@ func TestViaClientAgainstFake(t *testing.T) {
 	}
 	for _, bad := range []Config{
 		{Workload: WorkloadMixed, Via: ViaClient},
-		{Workload: WorkloadUncontended, Via: ViaClient, Rate: 10},
+		{Workload: WorkloadMixed, Via: ViaClient, Rate: 10},
 		{Workload: WorkloadUncontended, Via: "carrier pigeon"},
 	} {
 		bad.Addrs, bad.Conns, bad.Depth, bad.Keys, bad.Duration = []string{"127.0.0.1:1"}, 1, 1, 1, time.Second
@@ -396,4 +396,67 @@ func TestViaClientAgainstFake(t *testing.T) {
 			t.Errorf("%+v: want an error", bad)
 		}
 	}
+}
+
+// Open loop through the Go client: the slots of a client share its
+// schedule, the rate is kept against a fast server and missed against a
+// slow one, whose queueing then shows in the latency (no coordinated
+// omission), and a low rate still ends at the end.
+func TestViaClientOpenLoop(t *testing.T) {
+	srv := startFake(t, benchtest.Options{Queue: true})
+	run := func(cfg Config) *Result {
+		t.Helper()
+		cfg.Addrs, cfg.Via = []string{srv.Addr()}, ViaClient
+		if cfg.Workload == "" {
+			cfg.Workload = WorkloadUncontended
+		}
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Errors) != 0 || res.Failed() {
+			t.Fatalf("errors %v, fifo %d, tokens %d", res.Errors, res.FIFOViolations, res.TokenViolations)
+		}
+		return res
+	}
+	t.Run("keeps the rate", func(t *testing.T) {
+		for _, c := range []struct {
+			workload           string
+			conns, depth, keys int
+		}{{WorkloadUncontended, 4, 2, 1000}, {WorkloadContended, 4, 1, 1}} {
+			var progress bytes.Buffer
+			res := run(Config{Workload: c.workload, Conns: c.conns, Depth: c.depth, Keys: c.keys, Rate: 1000,
+				Duration: 1500 * time.Millisecond, Warmup: 200 * time.Millisecond, Progress: &progress})
+			if res.CyclesPerSec < 900 || res.CyclesPerSec > 1100 || res.FellBehind() || len(res.Notes) != 0 || res.Rate != 1000 {
+				t.Errorf("%s: %.0f cycles/s at rate 1000, behind %d, notes %v", c.workload, res.CyclesPerSec, res.Behind, res.Notes)
+			}
+			// Published while the slots wait: every second has its line.
+			if n := strings.Count(progress.String(), res.Unit+"/s"); n < 1 {
+				t.Errorf("%s: %d progress lines", c.workload, n)
+			}
+			var text bytes.Buffer
+			if err := res.WriteText(&text); err != nil || !strings.Contains(text.String(), "target 1000 cycles/s") {
+				t.Errorf("%s: summary %v:\n%s", c.workload, err, text.String())
+			}
+		}
+	})
+	t.Run("falls behind", func(t *testing.T) {
+		closed := run(Config{Conns: 1, Depth: 1, Keys: 10, Duration: 300 * time.Millisecond})
+		rate := 2 * closed.CyclesPerSec // twice what one cycle in flight can do
+		res := run(Config{Conns: 1, Depth: 1, Keys: 10, Duration: 500 * time.Millisecond, Rate: rate})
+		if !res.FellBehind() || len(res.Notes) == 0 || res.AcquireUs.P99 < 10*closed.AcquireUs.P99 {
+			t.Fatalf("rate %.0f against %.0f cycles/s through the client: behind %d, p99 %dus (closed loop %dus)",
+				rate, closed.CyclesPerSec, res.Behind, res.AcquireUs.P99, closed.AcquireUs.P99)
+		}
+	})
+	t.Run("low rate ends promptly", func(t *testing.T) {
+		start := time.Now()
+		res := run(Config{Conns: 8, Depth: 2, Keys: 100, Duration: 300 * time.Millisecond, Rate: 1})
+		if el := time.Since(start); el > 2*time.Second || res.Stop != endTime {
+			t.Fatalf("took %v, stop %q: slots waiting for their start must notice the end", el, res.Stop)
+		}
+		if res.Cycles != 1 || res.Behind != 0 {
+			t.Fatalf("cycles %d, behind %d: only the first client's first cycle was due", res.Cycles, res.Behind)
+		}
+	})
 }

@@ -30,7 +30,11 @@ const viaMergeEvery = 64
 // processes would have), each used by Depth long-lived goroutines, one per
 // cycle slot, calling Acquire and then Lock.Release. Keys, checks and
 // figures are those of the wire driver (see runCycles); latencies are those
-// of the client calls. Closed loop only.
+// of the client calls. With Rate set, the Depth slots of a client share its
+// Pacer, as the slots of a wire connection do: a slot that is free waits
+// for the client's next intended start, and a start that is due while every
+// slot is busy goes to the first slot to free up, its latency counted from
+// the intended start.
 func runViaClient(ctx context.Context, cfg *Config) (*Result, error) {
 	spec := cycleSpecs[cfg.Workload]
 	// client.New dials in the background; a server that cannot be reached
@@ -67,15 +71,30 @@ func runViaClient(ctx context.Context, cfg *Config) (*Result, error) {
 	// this context (the client then releases a late grant itself).
 	callCtx, cancelCalls := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelCalls()
+	// Open loop: sending ends when the phase stops (time, ops, ctx), which
+	// wakes the slots waiting for a start that will not come.
+	sending, stopSending := context.WithCancel(context.Background())
+	defer stopSending()
+	var pacers []*Pacer
+	if cfg.Rate > 0 {
+		pacers = make([]*Pacer, len(clients))
+		for i := range pacers {
+			pacers[i] = NewPacer(cfg.Rate, i, len(clients))
+		}
+	}
 
 	var wg sync.WaitGroup
 	for i, cl := range clients {
 		slots := make([]cycleSlot, cfg.Depth)
 		initSlots(slots, i)
 		ks := keys(i)
+		var pace *Pacer
+		if pacers != nil {
+			pace = pacers[i]
+		}
 		for j := range slots {
 			w := &viaSlot{cfg: cfg, spec: &spec, p: p, rec: rec, ops: budget, lines: lines, cl: cl,
-				keys: ks, slot: j, s: &slots[j], ctx: callCtx}
+				keys: ks, slot: j, s: &slots[j], ctx: callCtx, pace: pace, sending: sending}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -91,13 +110,23 @@ func runViaClient(ctx context.Context, cfg *Config) (*Result, error) {
 	prog := progress{cfg: cfg, rec: rec, res: res, label: latNames[spec.tickKind]}
 	var drainTimer *time.Timer
 	end := p.control(ctx, done, rec, phaseOpts{end: cfg.Warmup + cfg.Duration, tick: prog.tick},
-		func(dl time.Time) { drainTimer = time.AfterFunc(time.Until(dl), cancelCalls) },
+		func(dl time.Time) {
+			stopSending()
+			drainTimer = time.AfterFunc(time.Until(dl), cancelCalls)
+		},
 		cancelCalls)
 	if drainTimer != nil {
 		drainTimer.Stop()
 	}
 	prog.finish(p.now())
 	finishResult(res, cfg, &spec, rec, end, lines, keys(0).count())
+	if pacers != nil {
+		var behind int64
+		for _, pc := range pacers {
+			behind += pc.Behind(end.haltAt)
+		}
+		res.NoteBehind(behind)
+	}
 	return res, nil
 }
 
@@ -114,26 +143,42 @@ type viaSlot struct {
 	slot  int
 	s     *cycleSlot
 	ctx   context.Context
-	st    connStats
+	// pace is the client's schedule, shared by its slots; nil: closed loop.
+	pace *Pacer
+	// sending is done once the phase stops starting cycles.
+	sending context.Context
+	st      connStats
 }
 
 func (v *viaSlot) loop() {
 	defer v.rec.merge(&v.st)
 	for n := 0; !v.p.stopping.Load(); n++ {
-		if n%viaMergeEvery == 0 {
+		start := v.p.now()
+		if v.pace != nil {
+			// A slot about to sleep for its next start publishes what it
+			// has first, so that a low rate does not leave the progress
+			// line seconds stale.
+			if n%viaMergeEvery == 0 || v.pace.Next() > start {
+				v.rec.merge(&v.st)
+			}
+			var ok bool
+			if start, ok = v.pace.Wait(v.sending, v.p.base); !ok || v.p.stopping.Load() {
+				return
+			}
+		} else if n%viaMergeEvery == 0 {
 			v.rec.merge(&v.st)
 		}
-		if !v.cycle() {
+		if !v.cycle(start) {
 			return
 		}
 	}
 }
 
-// cycle runs one lock cycle; it reports false when the slot has no more
+// cycle runs one lock cycle that starts at start (open loop: its intended
+// start, which may be past); it reports false when the slot has no more
 // work (the ops budget is used up).
-func (v *viaSlot) cycle() bool {
+func (v *viaSlot) cycle(start time.Duration) bool {
 	s := v.s
-	start := v.p.now()
 	s.measured = start >= v.cfg.Warmup
 	if s.measured && !v.ops.take() {
 		return false
@@ -147,7 +192,9 @@ func (v *viaSlot) cycle() bool {
 	s.n++
 	key := string(s.key)
 	if v.lines != nil {
-		v.lines.queued(s.idx, s.client, start)
+		// The FIFO check wants when the acquire was really sent, not
+		// when it should have been (as the wire driver gives it).
+		v.lines.queued(s.idx, s.client, v.p.now())
 	}
 	lock, err := v.cl.Acquire(v.ctx, key, v.cfg.Lease, v.cfg.Wait)
 	now := v.p.now()

@@ -63,8 +63,9 @@ Flags:
                      server's capacity); client: go through the Go client
                      package, one goroutine per cycle slot making blocking
                      calls (what an application sees); uncontended and
-                     contended only, closed loop, --conns clients each with
-                     its own connections (default wire)
+                     contended only, closed loop or open loop with --rate,
+                     --conns clients each with its own connections
+                     (default wire)
   --conns N          load connections (default 16)
   --depth N          cycle slots (hold: requests in flight) per connection
                      (default 16; contended 1)

@@ -30,6 +30,10 @@ type driveOpts struct {
 	lease     time.Duration
 	duration  time.Duration
 	warmup    time.Duration
+	// rate, when positive, runs open loop: cycles start at this many per
+	// second over all connections, on bench.Pacer's schedule, as baton
+	// bench --rate does; 0 is closed loop (saturation).
+	rate float64
 	// grace bounds how long outstanding calls may take after the end
 	// before they are abandoned.
 	grace time.Duration
@@ -48,10 +52,77 @@ func newTally() *tally {
 	return &tally{acq: bench.NewHistogram(), cyc: bench.NewHistogram(), errs: map[string]int64{}}
 }
 
-// clock tells a worker whether a cycle counts: it must start after the
-// warm-up and finish before the end.
+// clock tells a worker when to start a cycle and whether a cycle counts: it
+// must start after the warm-up and finish before the end.
 type clock struct {
+	// base is the run's start, from which the open-loop schedules count.
+	base                      time.Time
 	measureFrom, end, hardEnd time.Time
+	// pacers (open loop) are the connections' schedules, one each; nil in
+	// closed loop, where a worker starts its next cycle as soon as the
+	// last one ended.
+	pacers []*bench.Pacer
+	// sending is done at the end (or when the run is cancelled): no cycle
+	// starts after that.
+	sending context.Context
+}
+
+// starts waits for the next cycle of connection conn and returns its start,
+// followed by the starts of up to n-1 further cycles that are due by then,
+// for a worker that sends several cycles at once (a pipeline); it returns
+// none once no cycle may start. Closed loop, it returns n starts,
+// all now. Open loop, the starts are the cycles' intended ones from the
+// connection's schedule: a worker that was busy past them gets them late,
+// and the latency counted from them includes that wait (no coordinated
+// omission).
+func (c clock) starts(conn, n int, buf []time.Time) []time.Time {
+	buf = buf[:0]
+	if c.pacers == nil {
+		now := time.Now()
+		if !now.Before(c.end) || c.sending.Err() != nil {
+			return buf
+		}
+		for range n {
+			buf = append(buf, now)
+		}
+		return buf
+	}
+	p := c.pacers[conn]
+	first, ok := p.Wait(c.sending, c.base)
+	if !ok {
+		return buf
+	}
+	buf = append(buf, c.base.Add(first))
+	for len(buf) < n {
+		t, ok := p.Take(time.Since(c.base))
+		if !ok {
+			break
+		}
+		buf = append(buf, c.base.Add(t))
+	}
+	return buf
+}
+
+// serial runs the cycles of a worker of connection conn that has one cycle
+// in flight at a time, each started when c says, until the run ends, and
+// files them in t. cycle runs cycle n (acquire, then release) and returns
+// when the lock was granted, or the kind of error that ended the cycle, or
+// ok false when the run ended before a grant and there is nothing to count.
+func (c clock) serial(conn int, t *tally, cycle func(n int) (granted time.Time, errKind string, ok bool)) {
+	buf := make([]time.Time, 0, 1)
+	for n := 0; ; n++ {
+		if buf = c.starts(conn, 1, buf); len(buf) == 0 {
+			return
+		}
+		granted, kind, ok := cycle(n)
+		switch {
+		case !ok:
+		case kind != "":
+			t.errs[kind]++
+		default:
+			t.record(c, buf[0], granted, time.Now())
+		}
+	}
 }
 
 func (c clock) measured(start, done time.Time) bool {
@@ -94,8 +165,17 @@ type worker func(ctx context.Context, id int, c clock) *tally
 // baton bench Result, so that the table reads every system the same way.
 func runWorkers(ctx context.Context, o *driveOpts, n int, w worker) *bench.Result {
 	start := time.Now()
-	c := clock{measureFrom: start.Add(o.warmup), end: start.Add(o.warmup + o.duration)}
+	c := clock{base: start, measureFrom: start.Add(o.warmup), end: start.Add(o.warmup + o.duration)}
 	c.hardEnd = c.end.Add(o.grace)
+	if o.rate > 0 {
+		c.pacers = make([]*bench.Pacer, o.conns)
+		for i := range c.pacers {
+			c.pacers[i] = bench.NewPacer(o.rate, i, o.conns)
+		}
+	}
+	sending, stopSending := context.WithDeadline(ctx, c.end)
+	defer stopSending()
+	c.sending = sending
 	ctx, cancel := context.WithDeadline(ctx, c.hardEnd)
 	defer cancel()
 	tallies := make([]*tally, n)
@@ -123,9 +203,16 @@ func runWorkers(ctx context.Context, o *driveOpts, n int, w worker) *bench.Resul
 		LeaseMs: o.lease.Milliseconds(), WarmupS: o.warmup.Seconds(), DurationS: o.duration.Seconds(),
 		Cycles: total.cycles, AcquireUs: total.acq.Summary(), CycleUs: total.cyc.Summary(),
 		Errors: total.errs, Percentiles: total.acq.Percentiles(), PercentilesOf: "acquire",
-		Stop: "time", Unit: "cycles",
+		Stop: "time", Unit: "cycles", Rate: o.rate,
 	}
 	res.CyclesPerSec = float64(res.Cycles) / o.duration.Seconds()
+	if c.pacers != nil {
+		var behind int64
+		for _, p := range c.pacers {
+			behind += p.Behind(c.end.Sub(c.base))
+		}
+		res.NoteBehind(behind)
+	}
 	if o.workload == workloadContended {
 		res.HandoffsPerSec = res.CyclesPerSec
 		res.Unit = "hand-offs"

@@ -29,7 +29,8 @@ func newEtcdClient(endpoints []string) (*clientv3.Client, error) {
 // that ships with etcd's Go client: a cycle is Lock then Unlock on a
 // session of the worker's own. The slots are conns*depth long-lived workers;
 // the depth workers of a connection share its client (gRPC multiplexes
-// their calls on one HTTP/2 connection, etcd's form of pipelining).
+// their calls on one HTTP/2 connection, etcd's form of pipelining) and, in
+// open loop, its schedule.
 // Uncontended workers use keys of their own; contended ones all lock the
 // same key, and the Mutex queues them by creation revision (FIFO).
 func runEtcd(ctx context.Context, o *driveOpts) (*bench.Result, error) {
@@ -63,30 +64,29 @@ func runEtcd(ctx context.Context, o *driveOpts) (*bench.Result, error) {
 		// Close revokes the lease (bounded by the TTL); a lease it cannot
 		// revoke runs out by itself.
 		defer sess.Close()
-		for n := 0; time.Now().Before(c.end) && ctx.Err() == nil; n++ {
+		// The depth slots of a connection share its schedule, as the
+		// cycle slots of a baton bench connection do.
+		c.serial(id%o.conns, t, func(n int) (time.Time, string, bool) {
 			key := prefix + "c"
 			if o.workload == workloadUncontended {
 				key = slotKey(prefix+"u/", id, perSlot, n)
 			}
 			m := concurrency.NewMutex(sess, key)
-			start := time.Now()
 			lctx, cancel := context.WithTimeout(ctx, etcdCallTimeout)
 			err := m.Lock(lctx)
 			cancel()
 			granted := time.Now()
 			if err != nil {
-				t.errs["lock: "+errKind(err)]++
-				continue
+				return granted, "lock: " + errKind(err), true
 			}
 			uctx, cancel := context.WithTimeout(ctx, etcdCallTimeout)
 			err = m.Unlock(uctx)
 			cancel()
 			if err != nil {
-				t.errs["unlock: "+errKind(err)]++
-				continue
+				return granted, "unlock: " + errKind(err), true
 			}
-			t.record(c, start, granted, time.Now())
-		}
+			return granted, "", true
+		})
 		return t
 	}), nil
 }

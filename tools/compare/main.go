@@ -8,7 +8,7 @@
 // same thing whichever system produced it.
 //
 //	compare drive --system etcd|redis --endpoints LIST --workload uncontended|contended \
-//	    [--conns N] [--depth N] [--keys N] [--lease D] [--duration D] [--warmup D] --json FILE
+//	    [--conns N] [--depth N] [--rate N] [--keys N] [--lease D] [--duration D] [--warmup D] --json FILE
 //	compare ready --system etcd|redis|baton --endpoints LIST [--timeout D]
 //	compare table MANIFEST
 package main
@@ -32,11 +32,15 @@ import (
 const usage = `compare: measure etcd and Redis locks the way baton bench measures baton.
 
   compare drive --system etcd|redis --endpoints HOST:PORT[,...] --workload uncontended|contended
-                [--conns N] [--depth N] [--keys N] [--lease D] [--duration D] [--warmup D]
-                --json FILE
+                [--conns N] [--depth N] [--rate N] [--keys N] [--lease D] [--duration D]
+                [--warmup D] --json FILE
       run one measurement and write a baton bench JSON result (etcd:
       concurrency.Mutex Lock+Unlock on a session per slot; Redis: SET NX PX
-      and a compare-and-delete script; see README.md)
+      and a compare-and-delete script; see README.md). --rate N runs open
+      loop, as baton bench --rate: N lock cycles per second in total, on a
+      fixed schedule spread over the connections, latency counted from each
+      cycle's intended start; --depth still caps the cycles in flight per
+      connection. 0 (the default) is closed loop: saturation.
   compare ready --system etcd|redis|baton --endpoints HOST:PORT[,...] [--timeout D]
       wait until the system serves (etcd: prints the leader's endpoint;
       baton: one lock cycle succeeded at the first endpoint)
@@ -94,6 +98,10 @@ func splitList(s string) []string {
 	return out
 }
 
+// maxRate bounds --rate, as baton bench bounds its own, so that a mistyped
+// flag cannot make the schedule's period round to nothing.
+const maxRate = 100_000_000
+
 func drive(ctx context.Context, args []string, stdout io.Writer) error {
 	o := driveOpts{grace: 15 * time.Second}
 	var endpoints, jsonPath string
@@ -103,6 +111,7 @@ func drive(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.workload, "workload", workloadUncontended, "uncontended or contended")
 	fs.IntVar(&o.conns, "conns", 16, "client connections")
 	fs.IntVar(&o.depth, "depth", 1, "lock cycles in flight per connection")
+	fs.Float64Var(&o.rate, "rate", 0, "open loop: lock cycles per second over all connections (0: closed loop)")
 	fs.IntVar(&o.keys, "keys", 1_000_000, "uncontended: distinct keys")
 	fs.DurationVar(&o.lease, "lease", 10*time.Second, "lease (etcd: session TTL, whole seconds)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured time")
@@ -119,6 +128,8 @@ func drive(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("drive: --conns and --depth want 1..4096")
 	case o.duration <= 0 || o.duration > time.Hour || o.warmup < 0 || o.lease < time.Second:
 		return errors.New("drive: want 0 < --duration <= 1h, --warmup >= 0, --lease >= 1s")
+	case o.rate < 0 || o.rate != o.rate || o.rate > maxRate:
+		return fmt.Errorf("drive: --rate %v: want 0 (closed loop) up to %d cycles/s", o.rate, maxRate)
 	case o.workload != workloadUncontended && o.workload != workloadContended:
 		return fmt.Errorf("drive: unknown workload %q", o.workload)
 	case o.workload == workloadContended && o.depth != 1:

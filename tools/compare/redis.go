@@ -38,12 +38,16 @@ func newRedisClient(addr string, conns int) *redis.Client {
 //
 // Uncontended: a worker acquires depth keys of its own in one pipeline,
 // then releases them in a second one (depth 1: no pipelining). The acquire
-// latency is the first pipeline's round trip, the cycle's both.
+// latency is the first pipeline's round trip, the cycle's both. In open
+// loop a pipeline carries the cycles of the schedule that are due when it
+// is sent (at least one, at most depth), and each cycle's latencies count
+// from its intended start.
 //
 // Contended: every worker loops on the same key; Redis has no wait queue,
 // so a worker whose SET fails sends it again at once (a spin, the fastest a
 // Redis lock can change hands, and with no order between the clients). The
-// acquire latency runs from the first attempt to the one that succeeds.
+// acquire latency runs from the first attempt (open loop: the cycle's
+// intended start) to the one that succeeds.
 func runRedis(ctx context.Context, o *driveOpts) (*bench.Result, error) {
 	rdb := newRedisClient(o.endpoints[0], o.conns)
 	defer rdb.Close()
@@ -71,21 +75,28 @@ func redisUncontended(ctx context.Context, rdb *redis.Client, prefix string, id,
 	held := make([]bool, depth)
 	sets := make([]*redis.Cmd, depth)
 	dels := make([]*redis.Cmd, depth)
-	for n := 0; time.Now().Before(c.end) && ctx.Err() == nil; n++ {
-		for s := range depth {
+	starts := make([]time.Time, 0, depth)
+	for n := 0; ; n++ {
+		// Closed loop: depth cycles, all starting now. Open loop: every
+		// cycle of the schedule that is due, up to depth, each with its
+		// intended start.
+		if starts = c.starts(id, depth, starts); len(starts) == 0 {
+			return t
+		}
+		batch := len(starts)
+		for s := range batch {
 			keys[s] = slotKey(prefix, id*depth+s, perSlot, n)
 			vals[s] = strconv.Itoa(id) + "/" + strconv.Itoa(s) + "/" + strconv.Itoa(n)
 		}
-		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, redisCallTimeout)
 		pipe := rdb.Pipeline()
-		for s := range depth {
+		for s := range batch {
 			sets[s] = pipe.Do(cctx, "set", keys[s], vals[s], "nx", "px", leaseMs)
 		}
 		_, _ = pipe.Exec(cctx)
 		granted := time.Now()
 		anyHeld := false
-		for s := range depth {
+		for s := range batch {
 			held[s] = sets[s].Err() == nil
 			if !held[s] {
 				t.errs["set: "+redisErrKind(sets[s].Err())]++
@@ -97,7 +108,7 @@ func redisUncontended(ctx context.Context, rdb *redis.Client, prefix string, id,
 			continue
 		}
 		pipe = rdb.Pipeline()
-		for s := range depth {
+		for s := range batch {
 			if held[s] {
 				dels[s] = unlockScript.EvalSha(cctx, pipe, []string{keys[s]}, vals[s])
 			}
@@ -105,7 +116,7 @@ func redisUncontended(ctx context.Context, rdb *redis.Client, prefix string, id,
 		_, _ = pipe.Exec(cctx)
 		cancel()
 		done := time.Now()
-		for s := range depth {
+		for s := range batch {
 			if !held[s] {
 				continue
 			}
@@ -113,17 +124,15 @@ func redisUncontended(ctx context.Context, rdb *redis.Client, prefix string, id,
 				t.errs["unlock: "+redisErrKind(err)]++
 				continue
 			}
-			t.record(c, start, granted, done)
+			t.record(c, starts[s], granted, done)
 		}
 	}
-	return t
 }
 
 func redisContended(ctx context.Context, rdb *redis.Client, key string, id int, leaseMs int64, c clock) *tally {
 	t := newTally()
-	for n := 0; time.Now().Before(c.end) && ctx.Err() == nil; n++ {
+	c.serial(id, t, func(n int) (time.Time, string, bool) {
 		val := strconv.Itoa(id) + "/" + strconv.Itoa(n)
-		start := time.Now()
 		got := false
 		for time.Now().Before(c.end) && ctx.Err() == nil {
 			cctx, cancel := context.WithTimeout(ctx, redisCallTimeout)
@@ -134,23 +143,21 @@ func redisContended(ctx context.Context, rdb *redis.Client, key string, id int, 
 				break
 			}
 			if !errors.Is(err, redis.Nil) { // Nil: held by another, try again
-				t.errs["set: "+redisErrKind(err)]++
-				break
+				return time.Time{}, "set: " + redisErrKind(err), true
 			}
 		}
 		if !got {
-			continue
+			return time.Time{}, "", false
 		}
 		granted := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, redisCallTimeout)
 		n, err := unlockScript.Run(cctx, rdb, []string{key}, val).Int()
 		cancel()
 		if err != nil || n != 1 {
-			t.errs["unlock: "+redisErrKind(err)]++
-			continue
+			return granted, "unlock: " + redisErrKind(err), true
 		}
-		t.record(c, start, granted, time.Now())
-	}
+		return granted, "", true
+	})
 	return t
 }
 

@@ -157,7 +157,8 @@ measure() {
 		rm -f "$OUT/$file"
 		return 0
 	fi
-	jq -r '"   \(.cycles_per_sec | floor)/s  acquire p50 \(.acquire_us.p50)us p99 \(.acquire_us.p99)us  errors \(.errors)"' "$OUT/$file"
+	# A fixed-rate run also says its target and how far behind it ended.
+	jq -r '"   \(.cycles_per_sec | floor)/s\(if (.rate // 0) > 0 then " (target \(.rate), behind \(.behind // 0))" else "" end)  acquire p50 \(.acquire_us.p50)us p99 \(.acquire_us.p99)us  errors \(.errors)"' "$OUT/$file"
 }
 baton_bench() { # ADDR ARGS...
 	local addr=$1
@@ -195,6 +196,10 @@ all_systems() { # SECTION BATON_ARGS -- DRIVER_ARGS
 all_systems "uncontended, 1 client, no pipelining" --conns 1 --depth 1 -- --conns 1 --depth 1
 all_systems "uncontended, 64 clients, no pipelining" --conns 64 --depth 1 -- --conns 64 --depth 1
 all_systems "uncontended, 16 connections x 16 in flight" --conns 16 --depth 16 -- --conns 16 --depth 16
+# Open loop at a moderate rate every system should sustain: the latency a
+# lock user sees when the service is not saturated, counted from each
+# cycle's intended start (a stall counts for every cycle it delays).
+all_systems "uncontended, 16 connections, fixed rate 1,000 cycles/s" --conns 16 --depth 1 --rate 1000 -- --conns 16 --depth 1 --rate 1000
 all_systems "contended, 16 clients on one key" --workload contended --conns 16 -- --workload contended --conns 16
 
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/machine.txt"

@@ -67,7 +67,9 @@ func rate(r *bench.Result) float64 {
 
 // writeTable prints a Markdown table per section, then, within each
 // section, every baton row's ratio to every other system's row: the
-// ratios come from the same run, on the same machine.
+// ratios come from the same run, on the same machine. A section measured
+// at a fixed rate (open loop) gets a table of its own kind, see
+// writeRateSection.
 func writeTable(w io.Writer, es []entry) error {
 	var b strings.Builder
 	var sections []string
@@ -81,32 +83,11 @@ func writeTable(w io.Writer, es []entry) error {
 	for _, s := range sections {
 		rows := bySection[s]
 		fmt.Fprintf(&b, "\n### %s\n\n", s)
-		b.WriteString("| system | conns x depth | per second | acquire p50 | acquire p99 | cycle p50 | errors |\n")
-		b.WriteString("|---|---|---|---|---|---|---|\n")
-		for _, e := range rows {
-			if e.res == nil {
-				fmt.Fprintf(&b, "| %s | | failed: no result | | | | |\n", e.system)
-				continue
-			}
-			r := e.res
-			fmt.Fprintf(&b, "| %s | %d x %d | %s | %s | %s | %s | %s |\n", e.system, r.Conns, r.Depth,
-				fmtRate(rate(r)), fmtUs(r.AcquireUs.P50), fmtUs(r.AcquireUs.P99), fmtUs(r.CycleUs.P50), fmtErrors(r.Errors))
-		}
 		var ratios []string
-		for _, a := range rows {
-			if !strings.HasPrefix(a.system, "baton") || a.res == nil || rate(a.res) == 0 {
-				continue
-			}
-			for _, o := range rows {
-				if strings.HasPrefix(o.system, "baton") || o.res == nil || rate(o.res) == 0 {
-					continue
-				}
-				line := fmt.Sprintf("%s / %s: rate %.2fx", a.system, o.system, rate(a.res)/rate(o.res))
-				if a.res.AcquireUs.P50 > 0 && o.res.AcquireUs.P50 > 0 {
-					line += fmt.Sprintf(", acquire p50 %.2fx (below 1: baton is faster)", float64(a.res.AcquireUs.P50)/float64(o.res.AcquireUs.P50))
-				}
-				ratios = append(ratios, line)
-			}
+		if isRateSection(rows) {
+			ratios = writeRateSection(&b, rows)
+		} else {
+			ratios = writeSaturationSection(&b, rows)
 		}
 		if len(ratios) > 0 {
 			b.WriteString("\n")
@@ -117,6 +98,133 @@ func writeTable(w io.Writer, es []entry) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// isRateSection reports whether a section was measured open loop: every
+// system at the same fixed rate, so that what tells them apart is latency,
+// not throughput.
+func isRateSection(rows []entry) bool {
+	for _, e := range rows {
+		if e.res != nil && e.res.Rate > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// ratioPairs calls f for every baton row and every other system's row of a
+// section that both have a result.
+func ratioPairs(rows []entry, f func(baton, other *entry)) {
+	for i := range rows {
+		a := &rows[i]
+		if !strings.HasPrefix(a.system, "baton") || a.res == nil {
+			continue
+		}
+		for j := range rows {
+			o := &rows[j]
+			if strings.HasPrefix(o.system, "baton") || o.res == nil {
+				continue
+			}
+			f(a, o)
+		}
+	}
+}
+
+// writeSaturationSection writes the rows of a closed-loop section (every
+// system as fast as it goes) and returns the ratios: rate first, since
+// throughput at saturation is what the section measures.
+func writeSaturationSection(b *strings.Builder, rows []entry) []string {
+	b.WriteString("| system | conns x depth | per second | acquire p50 | acquire p99 | cycle p50 | errors |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
+	for _, e := range rows {
+		if e.res == nil {
+			fmt.Fprintf(b, "| %s | | failed: no result | | | | |\n", e.system)
+			continue
+		}
+		r := e.res
+		fmt.Fprintf(b, "| %s | %d x %d | %s | %s | %s | %s | %s |\n", e.system, r.Conns, r.Depth,
+			fmtRate(rate(r)), fmtUs(r.AcquireUs.P50), fmtUs(r.AcquireUs.P99), fmtUs(r.CycleUs.P50), fmtErrors(r.Errors))
+	}
+	var ratios []string
+	ratioPairs(rows, func(a, o *entry) {
+		if rate(a.res) == 0 || rate(o.res) == 0 {
+			return
+		}
+		line := fmt.Sprintf("%s / %s: rate %s", a.system, o.system, fmtRatio(rate(a.res)/rate(o.res)))
+		if a.res.AcquireUs.P50 > 0 && o.res.AcquireUs.P50 > 0 {
+			line += fmt.Sprintf(", acquire p50 %s (below 1: baton is faster)", fmtRatio(float64(a.res.AcquireUs.P50)/float64(o.res.AcquireUs.P50)))
+		}
+		ratios = append(ratios, line)
+	})
+	return ratios
+}
+
+// keptRateShare is the share of the target rate an open-loop run must
+// complete to count as having kept it: a few cycles are always still in
+// flight when the measurement ends, so a run that kept up falls a little
+// short of the exact target.
+const keptRateShare = 0.9
+
+// keptRate says whether an open-loop run achieved its target: it did not
+// fall behind its schedule (bench.Result.FellBehind, as baton bench judges
+// it) and it completed nearly as many cycles as it was asked to start (a
+// run whose cycles fail starts them on time but does not achieve them).
+func keptRate(r *bench.Result) (bool, string) {
+	switch {
+	case r.FellBehind():
+		return false, fmt.Sprintf("no: %s cycles behind", fmtRate(float64(r.Behind)))
+	case r.CyclesPerSec < keptRateShare*r.Rate:
+		return false, fmt.Sprintf("no: %.0f%% done", 100*r.CyclesPerSec/r.Rate)
+	}
+	return true, "yes"
+}
+
+// writeRateSection writes the rows of an open-loop section (every system
+// asked for the same cycles per second) and returns the ratios. At a
+// moderate fixed rate every system should keep up, so the figures that
+// tell them apart are the acquire latencies, counted from each cycle's
+// intended start: the ratios are of p50 and p99, and a system that did not
+// keep the rate is named, since its latencies then include the queue its
+// schedule built up.
+func writeRateSection(b *strings.Builder, rows []entry) []string {
+	b.WriteString("| system | conns x depth | target/s | done/s | kept the rate | acquire p50 | acquire p99 | cycle p50 | errors |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, e := range rows {
+		if e.res == nil {
+			fmt.Fprintf(b, "| %s | | | failed: no result | | | | | |\n", e.system)
+			continue
+		}
+		r := e.res
+		target, kept := "closed loop", "-"
+		if r.Rate > 0 {
+			target = fmtRate(r.Rate)
+			_, kept = keptRate(r)
+		}
+		fmt.Fprintf(b, "| %s | %d x %d | %s | %s | %s | %s | %s | %s | %s |\n", e.system, r.Conns, r.Depth,
+			target, fmtRate(rate(r)), kept, fmtUs(r.AcquireUs.P50), fmtUs(r.AcquireUs.P99), fmtUs(r.CycleUs.P50), fmtErrors(r.Errors))
+	}
+	var ratios []string
+	ratioPairs(rows, func(a, o *entry) {
+		if a.res.AcquireUs.P50 <= 0 || o.res.AcquireUs.P50 <= 0 {
+			return
+		}
+		line := fmt.Sprintf("%s / %s: acquire p50 %s", a.system, o.system, fmtRatio(float64(a.res.AcquireUs.P50)/float64(o.res.AcquireUs.P50)))
+		if a.res.AcquireUs.P99 > 0 && o.res.AcquireUs.P99 > 0 {
+			line += fmt.Sprintf(", p99 %s", fmtRatio(float64(a.res.AcquireUs.P99)/float64(o.res.AcquireUs.P99)))
+		}
+		line += " (below 1: baton is faster)"
+		var missed []string
+		for _, e := range []*entry{a, o} {
+			if ok, _ := keptRate(e.res); e.res.Rate > 0 && !ok {
+				missed = append(missed, e.system)
+			}
+		}
+		if len(missed) > 0 {
+			line += "; did not keep the rate: " + strings.Join(missed, ", ")
+		}
+		ratios = append(ratios, line)
+	})
+	return ratios
 }
 
 func fmtRate(v float64) string {
@@ -130,6 +238,16 @@ func fmtRate(v float64) string {
 		out = append(out, s[i])
 	}
 	return string(out)
+}
+
+// fmtRatio formats a ratio with two decimals, or, below 0.1, two
+// significant digits, so that a system a hundred times faster reads 0.01x
+// or 0.0033x rather than 0.00x.
+func fmtRatio(v float64) string {
+	if v < 0.1 {
+		return fmt.Sprintf("%.2gx", v)
+	}
+	return fmt.Sprintf("%.2fx", v)
 }
 
 func fmtUs(us int64) string {
