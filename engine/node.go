@@ -456,8 +456,13 @@ func (n *Node) watchResults(s *shard) {
 // acquire+release cycles/s with one log per shard and 75k with one shared
 // log. Both counts are recorded in the data dir by dragonboat and cannot
 // change for an existing one.
+//
+// The log's memtables are 4 MiB (dragonboat's smallest preset has 16): they
+// live outside the Go heap, up to four at once, and a lock server's memory
+// should grow with the locks it holds, not with its write buffers.
 func raftStorageConfig() config.ExpertConfig {
 	logdb := config.GetSmallMemLogDBConfig()
+	logdb.KVWriteBufferSize = 4 << 20
 	logdb.Shards = 1
 	engine := config.GetDefaultEngineConfig()
 	engine.ExecShards = 1

@@ -36,9 +36,10 @@ func OpenDB(dir string) (*pebble.DB, error) {
 	defer cache.Unref()
 	opts := &pebble.Options{
 		Cache: cache,
-		// 16 MiB memtables, up to 4 queued, bound memory while absorbing
-		// bursts of small batches without stalling on flushes.
-		MemTableSize:                16 << 20,
+		// Only checkpoints write here (see Update), a few MiB at a time:
+		// small memtables keep the memory they pin (outside the Go heap)
+		// small too.
+		MemTableSize:                4 << 20,
 		MemTableStopWritesThreshold: 4,
 		L0CompactionThreshold:       4,
 		L0StopWritesThreshold:       16,
