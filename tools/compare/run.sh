@@ -196,6 +196,9 @@ all_systems() { # SECTION BATON_ARGS -- DRIVER_ARGS
 all_systems "uncontended, 1 client, no pipelining" --conns 1 --depth 1 -- --conns 1 --depth 1
 all_systems "uncontended, 64 clients, no pipelining" --conns 64 --depth 1 -- --conns 64 --depth 1
 all_systems "uncontended, 16 connections x 16 in flight" --conns 16 --depth 16 -- --conns 16 --depth 16
+# Deep pipelines: what each server does when its fixed costs per commit
+# (an fsync, a Raft round) are shared by thousands of lock cycles.
+all_systems "uncontended, 4 connections x 1024 in flight" --conns 4 --depth 1024 -- --conns 4 --depth 1024
 # Open loop at a moderate rate every system should sustain: the latency a
 # lock user sees when the service is not saturated, counted from each
 # cycle's intended start (a stall counts for every cycle it delays).
