@@ -163,6 +163,7 @@ func (s *onDisk) RecoverFromSnapshot(r io.Reader, stopc <-chan struct{}) error {
 	s.t = t
 	s.mu.Unlock()
 	s.applied = applied
+	s.uncheckpointed = 0 // writeTable wrote the whole table: a checkpoint
 	s.reset()
 	return nil
 }
