@@ -28,8 +28,7 @@ const (
 type wire struct {
 	addr   string
 	nc     net.Conn
-	in     []byte
-	r, w   int // unread input is in[r:w]
+	in     *codec.LineReader
 	out    []byte
 	resp   codec.Response
 	broken bool // requests left unanswered or I/O failed: the stream cannot be trusted
@@ -45,7 +44,7 @@ func dialWire(ctx context.Context, addr string) (*wire, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &wire{addr: addr, nc: nc, in: make([]byte, inBufSize)}, nil
+	return &wire{addr: addr, nc: nc, in: codec.NewLineReader(inBufSize)}, nil
 }
 
 // dialAll opens n connections spread round-robin over addrs, or none.
@@ -144,26 +143,19 @@ func (w *wire) drive(h handler, p *phase) error {
 			_ = w.nc.SetReadDeadline(time.Time{})
 			armed = false
 		}
-		if w.r == w.w {
-			w.r, w.w = 0, 0
-		} else if w.w == len(w.in) {
-			w.w = copy(w.in, w.in[w.r:w.w])
-			w.r = 0
-		}
-		n, err := w.nc.Read(w.in[w.w:])
+		n, err := w.nc.Read(w.in.Free())
 		if n > 0 {
-			w.w += n
+			w.in.Filled(n)
 			now := p.now()
 			lines := int64(0)
 			for {
-				line, m, serr := codec.SplitLine(w.in[w.r:w.w])
+				line, serr := w.in.Next()
 				if serr != nil {
 					return badResponseError{serr}
 				}
-				if m == 0 {
+				if line == nil {
 					break
 				}
-				w.r += m
 				lines++
 				if perr := codec.ParseResponse(line, &w.resp); perr != nil {
 					return badResponseError{perr}

@@ -91,7 +91,7 @@ func (c *conn) send(cl *call, req *codec.Request) error {
 func (c *conn) run() {
 	defer c.cl.wg.Done()
 	ctx := c.cl.ctx
-	buf := make([]byte, readBufSize)
+	lr := codec.NewLineReader(readBufSize)
 	var lastDial time.Time
 	for ctx.Err() == nil {
 		if !lastDial.IsZero() {
@@ -114,7 +114,7 @@ func (c *conn) run() {
 			c.setState(stateDown, err)
 			continue
 		}
-		c.serve(nc, buf)
+		c.serve(nc, lr)
 	}
 }
 
@@ -140,7 +140,7 @@ func (c *conn) lastError() error {
 }
 
 // serve runs one session on nc until it fails or the client closes.
-func (c *conn) serve(nc net.Conn, buf []byte) {
+func (c *conn) serve(nc net.Conn, lr *codec.LineReader) {
 	c.mu.Lock()
 	if c.cl.ctx.Err() != nil {
 		// Close ran between the dial and now and could not see nc.
@@ -161,7 +161,8 @@ func (c *conn) serve(nc net.Conn, buf []byte) {
 		defer writer.Done()
 		c.write(nc, stop)
 	}()
-	err := c.read(nc, buf)
+	lr.Reset() // nothing of an earlier session's stream belongs to this one
+	err := c.read(nc, lr)
 	c.fail(nc, err)
 	close(stop)
 	writer.Wait()
@@ -199,27 +200,19 @@ func (c *conn) write(nc net.Conn, stop <-chan struct{}) {
 
 // read reads answers from nc and hands each to its call until the stream
 // fails or cannot be trusted any more.
-func (c *conn) read(nc net.Conn, buf []byte) error {
+func (c *conn) read(nc net.Conn, lr *codec.LineReader) error {
 	var resp codec.Response
-	r, w := 0, 0
 	for {
-		if r == w {
-			r, w = 0, 0
-		} else if w == len(buf) {
-			w = copy(buf, buf[r:w])
-			r = 0
-		}
-		n, err := nc.Read(buf[w:])
-		w += n
+		n, err := nc.Read(lr.Free())
+		lr.Filled(n)
 		for {
-			line, m, serr := codec.SplitLine(buf[r:w])
+			line, serr := lr.Next()
 			if serr != nil {
 				return fmt.Errorf("bad answer from server: %w", serr)
 			}
-			if m == 0 {
+			if line == nil {
 				break
 			}
-			r += m
 			if perr := codec.ParseResponse(line, &resp); perr != nil {
 				return fmt.Errorf("bad answer from server %q: %w", line, perr)
 			}

@@ -6,8 +6,9 @@
 //
 // A reader feeds its buffered input to SplitLine, hands each complete line to
 // ParseRequest (server) or ParseResponse (client), and drops the n bytes the
-// line took. The parsed values alias that input, so they are only valid until
-// the buffer is reused.
+// line took (LineReader keeps that bookkeeping for a reader that owns its
+// buffer and reads with blocking calls). The parsed values alias that input,
+// so they are only valid until the buffer is reused.
 //
 // The full protocol is described in docs/protocol.md.
 package codec

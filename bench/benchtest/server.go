@@ -158,22 +158,15 @@ func (s *Server) serve(c *conn) {
 		s.mu.Unlock()
 		_ = c.nc.Close()
 	}()
-	in := make([]byte, 64<<10)
+	in := codec.NewLineReader(64 << 10)
 	var out []byte
 	var others []delivery
 	var req codec.Request
-	r, w := 0, 0
 	for {
-		if r == w {
-			r, w = 0, 0
-		} else if w == len(in) {
-			w = copy(in, in[r:w])
-			r = 0
-		}
-		n, err := c.nc.Read(in[w:])
-		w += n
+		n, err := c.nc.Read(in.Free())
+		in.Filled(n)
 		for {
-			line, m, serr := codec.SplitLine(in[r:w])
+			line, serr := in.Next()
 			if serr != nil {
 				var pe *codec.ParseError
 				if errors.As(serr, &pe) {
@@ -182,10 +175,9 @@ func (s *Server) serve(c *conn) {
 				_ = c.write(out)
 				return
 			}
-			if m == 0 {
+			if line == nil {
 				break
 			}
-			r += m
 			out, others = s.answer(c, out, others, line, &req)
 		}
 		if len(out) > 0 {
