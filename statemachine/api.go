@@ -57,9 +57,9 @@
 // applied index, and the meta with that index and seq. Update applies to
 // the in-memory table only and remembers which keys changed; a checkpoint
 // writes those rows (deletes for the keys freed since) and the meta in ONE
-// pebble batch. Checkpoints are written at Sync (fsynced), PrepareSnapshot
-// and Close, and by Update once 65,536 keys have changed or a million
-// commands have applied since the last one. The Raft log is the
+// pebble batch. Checkpoints are written at Sync, Close and PrepareSnapshot
+// (fsynced but the last), and by Update once 65,536 keys have changed or a
+// million commands have applied since the last one. The Raft log is the
 // durable record of everything after the checkpoint: dragonboat compacts
 // the log only up to an index it has called Sync at, and Open returns the
 // checkpoint's index, from which dragonboat applies the log again. So a
