@@ -258,8 +258,8 @@ func (s *onDisk) reset() {
 }
 
 // Update implements sm.IOnDiskStateMachine: it applies the entries to the
-// in-memory table and tells the observer; pebble is written only when the
-// keys changed since the last checkpoint reach checkpointKeys (see the
+// in-memory table and tells the observer; pebble is written only when a
+// checkpoint bound is reached (checkpointKeys, checkpointCommands; see the
 // package doc). Result.Value is the entry's number of commands (0 for an
 // empty or undecodable entry).
 func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
