@@ -344,21 +344,12 @@ func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
 	defer b.Close()
 	for k, stored := range t.changed {
 		if i, held := t.slot[k]; held {
-			op := b.SetDeferred(prefixLen+len(k), rowLen)
-			copy(op.Key, s.tableLo[:])
-			copy(op.Key[prefixLen:], k)
-			binary.LittleEndian.PutUint64(op.Value, t.rows[i].token)
-			binary.LittleEndian.PutUint32(op.Value[8:], t.rows[i].leaseMs)
-			_ = op.Finish() // cannot fail: the batch is not indexed
+			s.putRow(b, k, t.rows[i])
 		} else if stored {
-			op := b.DeleteDeferred(prefixLen + len(k))
-			copy(op.Key, s.tableLo[:])
-			copy(op.Key[prefixLen:], k)
-			_ = op.Finish()
+			s.deleteRow(b, k)
 		}
 	}
-	meta := encodeMeta(s.applied, t.seq)
-	_ = b.Set(s.metaKey[:], meta[:], nil)
+	s.putMeta(b, s.applied, t.seq)
 	if err := b.Commit(opts); err != nil {
 		// The changes stay recorded: the next checkpoint writes them.
 		return fmt.Errorf("statemachine: shard %d: checkpoint: %w", s.shard, err)
@@ -366,6 +357,30 @@ func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
 	clear(t.changed)
 	s.uncheckpointed = 0
 	return nil
+}
+
+// putRow adds key's row to b, in the layout of the package doc.
+func (s *onDisk) putRow(b *pebble.Batch, key string, r row) {
+	op := b.SetDeferred(prefixLen+len(key), rowLen)
+	copy(op.Key, s.tableLo[:])
+	copy(op.Key[prefixLen:], key)
+	binary.LittleEndian.PutUint64(op.Value, r.token)
+	binary.LittleEndian.PutUint32(op.Value[8:], r.leaseMs)
+	_ = op.Finish() // cannot fail: the batch is not indexed
+}
+
+// deleteRow adds the deletion of key's row to b.
+func (s *onDisk) deleteRow(b *pebble.Batch, key string) {
+	op := b.DeleteDeferred(prefixLen + len(key))
+	copy(op.Key, s.tableLo[:])
+	copy(op.Key[prefixLen:], key)
+	_ = op.Finish()
+}
+
+// putMeta adds the shard's meta (applied index and token counter) to b.
+func (s *onDisk) putMeta(b *pebble.Batch, applied, seq uint64) {
+	meta := encodeMeta(applied, seq)
+	_ = b.Set(s.metaKey[:], meta[:], nil)
 }
 
 // Lookup implements sm.IOnDiskStateMachine: a LookupKey answers a

@@ -292,13 +292,7 @@ func (s *onDisk) writeTable(applied uint64, t *table, stopc <-chan struct{}) err
 			return sm.ErrSnapshotStopped
 		}
 		n++
-		r := t.rows[i]
-		op := b.SetDeferred(prefixLen+len(k), rowLen)
-		copy(op.Key, s.tableLo[:])
-		copy(op.Key[prefixLen:], k)
-		binary.LittleEndian.PutUint64(op.Value, r.token)
-		binary.LittleEndian.PutUint32(op.Value[8:], r.leaseMs)
-		_ = op.Finish()
+		s.putRow(b, k, t.rows[i])
 		if b.Len() >= recoverBatchSz {
 			if err := b.Commit(pebble.NoSync); err != nil {
 				return fmt.Errorf("statemachine: shard %d: write snapshot rows: %w", s.shard, err)
@@ -307,8 +301,7 @@ func (s *onDisk) writeTable(applied uint64, t *table, stopc <-chan struct{}) err
 			b = s.db.NewBatch()
 		}
 	}
-	meta := encodeMeta(applied, t.seq)
-	_ = b.Set(s.metaKey[:], meta[:], nil)
+	s.putMeta(b, applied, t.seq)
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("statemachine: shard %d: write snapshot meta: %w", s.shard, err)
 	}
