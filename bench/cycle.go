@@ -316,7 +316,10 @@ func runCycles(ctx context.Context, cfg *Config) (*Result, error) {
 	budget := &opsBudget{limit: cfg.Ops}
 	keys, lines := cycleKeys(cfg, &spec)
 	hs := make([]handler, len(wires))
-	cyclers := make([]*cycler, len(wires))
+	var pacers []*Pacer
+	if cfg.Rate > 0 {
+		pacers = NewPacers(cfg.Rate, len(wires))
+	}
 	for i, w := range wires {
 		c := &cycler{
 			w: w, p: p, rec: rec, ops: budget, spec: &spec, lines: lines,
@@ -326,10 +329,10 @@ func runCycles(ctx context.Context, cfg *Config) (*Result, error) {
 		}
 		c.keys = keys(i)
 		initSlots(c.slots, i)
-		if cfg.Rate > 0 {
-			c.pace = NewPacer(cfg.Rate, i, len(wires))
+		if pacers != nil {
+			c.pace = pacers[i]
 		}
-		hs[i], cyclers[i] = c, c
+		hs[i] = c
 	}
 	res := newResult(cfg)
 	res.Unit = spec.unit
@@ -338,12 +341,8 @@ func runCycles(ctx context.Context, cfg *Config) (*Result, error) {
 	prog.finish(p.now())
 
 	finishResult(res, cfg, &spec, rec, end, lines, keys(0).count())
-	if cfg.Rate > 0 {
-		var behind int64
-		for _, c := range cyclers {
-			behind += c.pace.Behind(end.haltAt)
-		}
-		res.NoteBehind(behind)
+	if pacers != nil {
+		res.NoteBehind(TotalBehind(pacers, end.haltAt))
 	}
 	return res, nil
 }

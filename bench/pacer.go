@@ -40,6 +40,26 @@ func NewPacer(rate float64, conn, conns int) *Pacer {
 	return &Pacer{first: time.Duration(period * float64(conn) / float64(conns)), period: period}
 }
 
+// NewPacers returns the schedules of conns connections that together start
+// rate cycles per second, one per connection (see NewPacer).
+func NewPacers(rate float64, conns int) []*Pacer {
+	ps := make([]*Pacer, conns)
+	for i := range ps {
+		ps[i] = NewPacer(rate, i, conns)
+	}
+	return ps
+}
+
+// TotalBehind is the sum of the schedules' Behind at now: what a run that
+// stopped sending at now never started (see Result.NoteBehind).
+func TotalBehind(ps []*Pacer, now time.Duration) int64 {
+	var n int64
+	for _, p := range ps {
+		n += p.Behind(now)
+	}
+	return n
+}
+
 // at is the intended start of cycle k.
 func (p *Pacer) at(k int64) time.Duration {
 	return p.first + time.Duration(p.period*float64(k))

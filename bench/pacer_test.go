@@ -184,3 +184,18 @@ func TestNoteBehind(t *testing.T) {
 		}
 	}
 }
+
+func TestPacersTogether(t *testing.T) {
+	ps := NewPacers(1000, 4) // each connection every 4ms, staggered by 1ms
+	for i, p := range ps {
+		if got, want := p.Next(), time.Duration(i)*time.Millisecond; got != want {
+			t.Fatalf("connection %d starts at %v, want %v", i, got, want)
+		}
+	}
+	ps[0].Take(time.Second)
+	// By 5.5ms: connection 0 had starts at 0 and 4ms (one taken), 1 at 1
+	// and 5ms, 2 at 2ms, 3 at 3ms.
+	if n := TotalBehind(ps, 5500*time.Microsecond); n != 5 {
+		t.Fatalf("TotalBehind = %d, want 5", n)
+	}
+}

@@ -77,10 +77,7 @@ func runViaClient(ctx context.Context, cfg *Config) (*Result, error) {
 	defer stopSending()
 	var pacers []*Pacer
 	if cfg.Rate > 0 {
-		pacers = make([]*Pacer, len(clients))
-		for i := range pacers {
-			pacers[i] = NewPacer(cfg.Rate, i, len(clients))
-		}
+		pacers = NewPacers(cfg.Rate, len(clients))
 	}
 
 	var wg sync.WaitGroup
@@ -121,11 +118,7 @@ func runViaClient(ctx context.Context, cfg *Config) (*Result, error) {
 	prog.finish(p.now())
 	finishResult(res, cfg, &spec, rec, end, lines, keys(0).count())
 	if pacers != nil {
-		var behind int64
-		for _, pc := range pacers {
-			behind += pc.Behind(end.haltAt)
-		}
-		res.NoteBehind(behind)
+		res.NoteBehind(TotalBehind(pacers, end.haltAt))
 	}
 	return res, nil
 }

@@ -168,10 +168,7 @@ func runWorkers(ctx context.Context, o *driveOpts, n int, w worker) *bench.Resul
 	c := clock{base: start, measureFrom: start.Add(o.warmup), end: start.Add(o.warmup + o.duration)}
 	c.hardEnd = c.end.Add(o.grace)
 	if o.rate > 0 {
-		c.pacers = make([]*bench.Pacer, o.conns)
-		for i := range c.pacers {
-			c.pacers[i] = bench.NewPacer(o.rate, i, o.conns)
-		}
+		c.pacers = bench.NewPacers(o.rate, o.conns)
 	}
 	sending, stopSending := context.WithDeadline(ctx, c.end)
 	defer stopSending()
@@ -207,11 +204,7 @@ func runWorkers(ctx context.Context, o *driveOpts, n int, w worker) *bench.Resul
 	}
 	res.CyclesPerSec = float64(res.Cycles) / o.duration.Seconds()
 	if c.pacers != nil {
-		var behind int64
-		for _, p := range c.pacers {
-			behind += p.Behind(c.end.Sub(c.base))
-		}
-		res.NoteBehind(behind)
+		res.NoteBehind(bench.TotalBehind(c.pacers, c.end.Sub(c.base)))
 	}
 	if o.workload == workloadContended {
 		res.HandoffsPerSec = res.CyclesPerSec
