@@ -62,6 +62,7 @@ type options struct {
 	dialTimeout    time.Duration
 	dial           func(ctx context.Context, addr string) (net.Conn, error)
 	redialInterval time.Duration // RedialInterval; tests shorten it
+	stallTimeout   time.Duration // WithStallTimeout; 0: off
 }
 
 // WithDialTimeout bounds each dial (default DefaultDialTimeout).
@@ -98,7 +99,9 @@ func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) O
 //   - a connection that fails while the request waits for its answer: the
 //     request is sent again on the next connection; the caller gets an error
 //     (matching ErrUnavailable) only when as many connections as there are
-//     have failed it, or none is up at all;
+//     have failed it, or none is up at all. A connection that stays open
+//     but reads nothing at all, not even the answer to a heartbeat, for the
+//     stall timeout (see WithStallTimeout) has failed too;
 //   - MOVED: the request goes to the named node (dialled if it is new), and
 //     that node becomes the preferred one for all requests;
 //   - ERR unavailable: retried with a growing backoff (up to a second)
@@ -125,7 +128,7 @@ type Client struct {
 // connections: they are dialled in the background, and a request waits for
 // a connection that is still being dialled. Close it when done.
 func New(addrs []string, opts ...Option) (*Client, error) {
-	o := options{dialTimeout: DefaultDialTimeout, redialInterval: RedialInterval}
+	o := options{dialTimeout: DefaultDialTimeout, redialInterval: RedialInterval, stallTimeout: DefaultStallTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -49,16 +49,20 @@ type conn struct {
 
 	state atomic.Int32 // read without mu by Client.pick
 
-	mu      sync.Mutex
-	nc      net.Conn // the current session, while up
-	out     []byte   // request bytes not yet handed to the writer
+	epoch    time.Time    // the zero of clock
+	lastRead atomic.Int64 // clock of the session's last read (stall.go); the reader sets it without mu
+
+	mu      sync.Mutex // never held together with Client.mu
+	nc      net.Conn   // the current session, while up
+	out     []byte     // request bytes not yet handed to the writer
 	pending pendingTable
+	watch   stallWatch    // the current session's stall detection
 	lastErr error         // why the connection is down
 	kick    chan struct{} // wakes the writer; capacity 1
 }
 
 func newConn(cl *Client, addr string) *conn {
-	c := &conn{cl: cl, addr: addr, kick: make(chan struct{}, 1)}
+	c := &conn{cl: cl, addr: addr, epoch: time.Now(), kick: make(chan struct{}, 1)}
 	c.state.Store(stateDialing)
 	return c
 }
@@ -73,21 +77,35 @@ func (c *conn) send(cl *call, req *codec.Request) error {
 		c.mu.Unlock()
 		return errConnDown
 	}
+	c.queueLocked(cl, req)
+	c.mu.Unlock()
+	c.wakeWriter()
+	return nil
+}
+
+// queueLocked appends req's bytes for the writer and registers cl for its
+// answer. c.mu is held and c.nc is set.
+func (c *conn) queueLocked(cl *call, req *codec.Request) {
+	if c.pending.len() == 0 {
+		c.watchBusyLocked()
+	}
 	c.out = codec.AppendRequest(c.out, req)
 	c.pending.push(cl)
-	c.mu.Unlock()
+}
+
+// wakeWriter tells the writer that bytes were queued.
+func (c *conn) wakeWriter() {
 	select {
 	case c.kick <- struct{}{}:
 	default: // the writer is already awake and will see the bytes
 	}
-	return nil
 }
 
 // run is the manager goroutine: dial, serve, repeat until the client closes.
 // Dials are at least redialInterval apart, so a server that accepts and then
 // drops every connection costs one dial per interval; a session that lived
 // longer than the interval is redialled at once, since a moment's glitch is
-// the likely cause.
+// the likely cause, unless it was given up for silence (see stall.go).
 func (c *conn) run() {
 	defer c.cl.wg.Done()
 	ctx := c.cl.ctx
@@ -115,6 +133,14 @@ func (c *conn) run() {
 			continue
 		}
 		c.serve(nc, lr)
+		if c.endedSilent() {
+			// A server that went silent is likely silent still, and may
+			// even accept a new connection (the kernel of a stopped process
+			// completes the handshake): wait a full interval before trying
+			// it again, so that requests go to the other connections
+			// meanwhile instead of into the same silence.
+			lastDial = time.Now()
+		}
 	}
 }
 
@@ -204,6 +230,9 @@ func (c *conn) read(nc net.Conn, lr *codec.LineReader) error {
 	var resp codec.Response
 	for {
 		n, err := nc.Read(lr.Free())
+		if n > 0 {
+			c.noteRead()
+		}
 		lr.Filled(n)
 		for {
 			line, serr := lr.Next()
@@ -261,6 +290,7 @@ func (c *conn) fail(nc net.Conn, err error) {
 		err = ErrClosed
 	}
 	c.lastErr = err
+	c.stopWatchLocked()
 	calls := c.pending.drain()
 	c.state.Store(stateDown)
 	c.mu.Unlock()

@@ -610,3 +610,74 @@ func TestLeaderKilledDuringStream(t *testing.T) {
 	t.Logf("%d grants before the kill, %d after; the first %v after the kill; longest time without a grant %v",
 		before, after, firstAfter.Sub(killedAt), gap)
 }
+
+// TestLeaderStoppedMidAcquire: the leader of a three-node cluster is
+// stopped with SIGSTOP while an acquire waits on it: its connection stays
+// open but nothing comes back. The client notices the silence, gives the
+// connection up and sends the acquire again, to the new leader, long before
+// the acquire's context ends.
+func TestLeaderStoppedMidAcquire(t *testing.T) {
+	t.Parallel()
+	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: 4})
+	const key = "stopped"
+	leader := settledLeader(t, nodes, key)
+	addrs := make([]string, len(nodes))
+	for i, nd := range nodes {
+		addrs[i] = nd.ClientAddr
+	}
+	c := newTestClient(t, addrs...)
+	ctx := ctxFor(t, 30*time.Second)
+
+	// The client learns the leader from a follower's MOVED; from then on
+	// the acquire goes to it first.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := c.Query(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		c.mu.Lock()
+		preferred := c.preferred
+		c.mu.Unlock()
+		if preferred == leader.ClientAddr {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the client prefers %q, not the leader %s", preferred, leader.ClientAddr)
+		}
+	}
+
+	leader.Pause()
+	paused := true
+	t.Cleanup(func() {
+		if paused {
+			leader.Resume()
+		}
+	})
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	l, err := c.Acquire(actx, key, 10*time.Second, WaitForever)
+	el := time.Since(start)
+	if err != nil {
+		t.Fatalf("acquire with the leader stopped, after %v: %v", el, err)
+	}
+	// The stall timeout, a MOVED and a commit, with room for a busy machine.
+	if el > 6*time.Second {
+		t.Fatalf("granted after %v, with a stall timeout of %v", el, DefaultStallTimeout)
+	}
+	c.mu.Lock()
+	conns := append([]*conn(nil), c.conns...)
+	grantedBy := c.preferred
+	c.mu.Unlock()
+	for _, cn := range conns {
+		if cn.addr == leader.ClientAddr && !cn.endedSilent() {
+			t.Fatalf("the connection to the stopped leader was not given up for silence: %v", cn.lastError())
+		}
+	}
+	t.Logf("granted by %s after %v with node %d stopped (token %d)", grantedBy, el, leader.ID, l.Token())
+
+	leader.Resume()
+	paused = false
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release after the old leader resumed: %v", err)
+	}
+}

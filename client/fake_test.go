@@ -3,6 +3,8 @@ package client
 // Tests against a scripted in-process server: the test reads the request
 // lines the client sends and writes whatever answers it wants, in whatever
 // order, so that pairing, retries and clean-up can be checked line by line.
+// Heartbeats (stall.go) are the exception: the fake counts them and answers
+// them itself, as a live server would, unless told to play a hung one.
 
 import (
 	"bufio"
@@ -12,19 +14,25 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 // fakeServer accepts connections on 127.0.0.1 and funnels every request
-// line, with the connection it came on, into one channel.
+// line, with the connection it came on, into one channel; heartbeats are
+// counted and answered instead.
 type fakeServer struct {
 	t     *testing.T
 	ln    net.Listener
 	lines chan fakeLine
+	// hung: heartbeats are not answered, as by a server that stopped.
+	hung atomic.Bool
 
-	mu    sync.Mutex
-	conns []net.Conn
+	mu            sync.Mutex
+	conns         []net.Conn
+	heartbeats    map[net.Conn]int // heartbeat queries received on each connection
+	heartbeatSeen chan struct{}    // closed (and replaced) on every heartbeat
 }
 
 type fakeLine struct {
@@ -38,7 +46,10 @@ func startFake(t *testing.T) *fakeServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &fakeServer{t: t, ln: ln, lines: make(chan fakeLine, 1024)}
+	s := &fakeServer{
+		t: t, ln: ln, lines: make(chan fakeLine, 1024),
+		heartbeats: make(map[net.Conn]int), heartbeatSeen: make(chan struct{}),
+	}
 	go func() {
 		for {
 			nc, err := ln.Accept()
@@ -51,6 +62,10 @@ func startFake(t *testing.T) *fakeServer {
 			go func() {
 				sc := bufio.NewScanner(nc)
 				for sc.Scan() {
+					if sc.Text() == heartbeatLine {
+						s.heartbeat(nc)
+						continue
+					}
 					s.lines <- fakeLine{nc, sc.Text()}
 				}
 			}()
@@ -61,6 +76,72 @@ func startFake(t *testing.T) *fakeServer {
 }
 
 func (s *fakeServer) addr() string { return s.ln.Addr().String() }
+
+// heartbeatLine is a heartbeat as the fake reads it.
+const heartbeatLine = "Q " + HeartbeatKey
+
+// heartbeat counts a heartbeat that came on nc and, unless the fake plays a
+// hung server, answers it.
+func (s *fakeServer) heartbeat(nc net.Conn) {
+	s.mu.Lock()
+	s.heartbeats[nc]++
+	close(s.heartbeatSeen)
+	s.heartbeatSeen = make(chan struct{})
+	s.mu.Unlock()
+	if !s.hung.Load() {
+		// The client may have closed nc meanwhile; the test does not care.
+		_, _ = nc.Write([]byte(heartbeatLine + " FREE\n"))
+	}
+}
+
+// heartbeatCounts returns how many heartbeats came on each connection
+// accepted so far, those with none included.
+func (s *fakeServer) heartbeatCounts() map[net.Conn]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	counts := make(map[net.Conn]int, len(s.conns))
+	for _, nc := range s.conns {
+		counts[nc] = s.heartbeats[nc]
+	}
+	return counts
+}
+
+// waitHeartbeats waits until n heartbeats have come on nc, failing the test
+// after 5 s.
+func (s *fakeServer) waitHeartbeats(nc net.Conn, n int) {
+	s.t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		s.mu.Lock()
+		got, seen := s.heartbeats[nc], s.heartbeatSeen
+		s.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-seen:
+		case <-timeout:
+			s.t.Fatalf("fake server: %d heartbeats on %v within 5s, want %d", got, nc.RemoteAddr(), n)
+		}
+	}
+}
+
+// waitConns waits until the fake has accepted n connections, failing the
+// test after 5 s.
+func (s *fakeServer) waitConns(n int) {
+	s.t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.mu.Lock()
+		got := len(s.conns)
+		s.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("fake server: %d connections within 5s, want %d", got, n)
+		}
+	}
+}
 
 func (s *fakeServer) close() {
 	s.ln.Close()
@@ -114,7 +195,13 @@ func recv(t *testing.T, ch <-chan error) error {
 
 func newTestClient(t *testing.T, addrs ...string) *Client {
 	t.Helper()
-	c, err := New(addrs, WithDialTimeout(2*time.Second))
+	return newTestClientWith(t, addrs)
+}
+
+// newTestClientWith is newTestClient with options of the test's own.
+func newTestClientWith(t *testing.T, addrs []string, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(addrs, append([]Option{WithDialTimeout(2 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

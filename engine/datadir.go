@@ -40,6 +40,11 @@ func openDataDir(cfg *Config) (*dataDir, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
+	// A data dir just made must survive a power loss with the files that
+	// will be written into it.
+	if err := syncDir(filepath.Dir(filepath.Clean(cfg.DataDir))); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
 	f, err := os.OpenFile(filepath.Join(cfg.DataDir, lockFile), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
@@ -116,5 +121,22 @@ func writeFileSync(path string, v any) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	// The rename is in the directory, not the file: until the directory is
+	// synced a power loss can undo it, while raft/, created next, survives;
+	// a restart without --shards would then route keys to other shards.
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes the entries of dir durable. A variable, so that a test can
+// see that it is called once the new name is in place.
+var syncDir = func(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

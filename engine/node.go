@@ -33,7 +33,6 @@ import (
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 
-	"github.com/baton-dev/baton/codec"
 	sm "github.com/baton-dev/baton/statemachine"
 )
 
@@ -43,14 +42,12 @@ const (
 	DefaultRaftAddr   = "127.0.0.1:7701"
 	DefaultDataDir    = "baton-data"
 	DefaultShards     = 4
-)
-
-const (
-	// proposeTimeout bounds how long a proposal may stay uncommitted before
-	// its requesters are answered ERR unavailable.
-	proposeTimeout = 5 * time.Second
-	// proposeRetry is the pause after dragonboat refused a proposal.
-	proposeRetry = 10 * time.Millisecond
+	// DefaultSnapshotEntries is how many applied entries of a shard pass
+	// between two Raft snapshots. An on-disk state machine's snapshot
+	// carries no table, but dragonboat still writes a snapshot file and
+	// compacts the log each time; every 10,000 entries that was about once a
+	// second under load and doubled the open-loop p99 (BENCHMARKS.md).
+	DefaultSnapshotEntries = 100000
 )
 
 // Peer is one member of the cluster.
@@ -72,8 +69,11 @@ type Config struct {
 	// and the fault-injecting proxies of baton's partition tests.
 	RaftListen string
 	// RTT is the Raft tick; elections take 10 ticks, heartbeats 1.
-	RTT    time.Duration
-	Logger *slog.Logger
+	RTT time.Duration
+	// SnapshotEntries is the number of applied entries of a shard between
+	// two snapshots (and log compactions); 0 means DefaultSnapshotEntries.
+	SnapshotEntries uint64
+	Logger          *slog.Logger
 }
 
 // ParsePeers parses the --peers syntax: RAFT_ADDR/CLIENT_ADDR entries,
@@ -145,6 +145,7 @@ type Node struct {
 	dir        *dataDir
 	db         *pebble.DB
 	nh         *dragonboat.NodeHost
+	raft       proposer // nh, where proposals go
 	shards     []*shard // shards[id-1]
 	proposerID uint64   // random per start: tells our entries from replays
 	sessions   []*client.Session
@@ -167,6 +168,9 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.RTT <= 0 {
 		cfg.RTT = 10 * time.Millisecond
+	}
+	if cfg.SnapshotEntries == 0 {
+		cfg.SnapshotEntries = DefaultSnapshotEntries
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -218,6 +222,7 @@ func (n *Node) start() error {
 	if err != nil {
 		return fmt.Errorf("start raft on %s: %w", n.cfg.raftListen(), err)
 	}
+	n.raft = n.nh
 	members := make(map[uint64]dragonboat.Target, len(n.cfg.Peers))
 	for i, p := range n.cfg.Peers {
 		members[uint64(i+1)] = p.RaftAddr
@@ -232,13 +237,9 @@ func (n *Node) start() error {
 			CheckQuorum:  true,
 			// A node cut off from the others must not disrupt them with ever
 			// higher terms when it comes back.
-			PreVote: true,
-			// An on-disk state machine's snapshot carries no table, but
-			// dragonboat still writes a snapshot file and compacts the log
-			// each time; every 10,000 entries that was about once a second
-			// under load and doubled the open-loop p99 (BENCHMARKS.md).
-			SnapshotEntries:    100000,
-			CompactionOverhead: 20000,
+			PreVote:            true,
+			SnapshotEntries:    n.cfg.SnapshotEntries,
+			CompactionOverhead: n.cfg.SnapshotEntries / 5,
 		}
 		if err := n.nh.StartOnDiskReplica(members, false, create, rc); err != nil {
 			return fmt.Errorf("start shard %d: %w", s.id, err)
@@ -346,106 +347,6 @@ func (n *Node) LeaderUpdated(info raftio.LeaderInfo) {
 	}
 	n.log.Info("leader updated", "shard", info.ShardID, "leader", info.LeaderID, "term", info.Term)
 	n.shards[info.ShardID-1].leaderUpdated(info.LeaderID)
-}
-
-// ---- proposing ----
-
-// inflightResult is a proposal handed to dragonboat, whose outcome the
-// watcher collects.
-type inflightResult struct {
-	p  *proposal
-	rs *dragonboat.RequestState
-}
-
-// runProposer proposes the shard's pending batch whenever it is kicked (by
-// the apply and timer paths). Event loops propose themselves at the end of a
-// drain (proposePending), which saves a goroutine hop per commit.
-func (n *Node) runProposer(s *shard) {
-	for {
-		select {
-		case <-n.stopC:
-			return
-		case <-s.kick:
-		}
-		if !n.proposePending(s) {
-			return
-		}
-	}
-}
-
-// proposePending turns what is pending in s into proposals, one Raft entry
-// each, until nothing is left. proposeMu keeps proposals in the order of
-// their sequence numbers, which is how applied entries are matched to them.
-// Propose only queues the entry, so event loops may call this. It returns
-// false when the node stops.
-func (n *Node) proposePending(s *shard) bool {
-	s.proposeMu.Lock()
-	defer s.proposeMu.Unlock()
-	session := n.sessions[s.id-1]
-	for {
-		s.mu.Lock()
-		p := s.takeProposal()
-		s.mu.Unlock()
-		if p == nil {
-			return true
-		}
-		n.metrics.proposals.Inc()
-		n.metrics.commands.Add(len(p.origins))
-		rs, err := n.nh.Propose(session, p.data, proposeTimeout)
-		if err != nil {
-			n.metrics.failed.Inc()
-			s.mu.Lock()
-			if s.removeInflight(p) {
-				code := codec.CodeUnavailable
-				if errors.Is(err, dragonboat.ErrSystemBusy) {
-					code = codec.CodeOverloaded
-				}
-				s.failProposal(p, code, err.Error())
-				s.resolveDropped(p)
-			}
-			// A shard that is not ready, or a full queue, says no again at
-			// once: leave the rest to the proposer after a pause, keeping a
-			// barrier for its next try.
-			s.needBarrier = s.needBarrier || p.barrier
-			s.mu.Unlock()
-			time.AfterFunc(proposeRetry, s.kickProposer)
-			return true
-		}
-		select {
-		case s.results <- inflightResult{p, rs}:
-		case <-n.stopC:
-			rs.Release()
-			return false
-		}
-	}
-}
-
-// watchResults waits for each proposal's outcome in order. Applied entries
-// were already answered by Applied; here only failures are handled.
-func (n *Node) watchResults(s *shard) {
-	for r := range s.results {
-		res := <-r.rs.ResultC()
-		r.rs.Release()
-		if res.Completed() {
-			continue
-		}
-		n.metrics.failed.Inc()
-		s.mu.Lock()
-		switch {
-		case res.Timeout():
-			// It may still commit: answer now, and propose a barrier, whose
-			// applying settles whether this one did (see match).
-			s.failProposal(r.p, codec.CodeUnavailable, "not committed in time, retry")
-			s.needBarrier = true
-			s.kickIfPending()
-		default:
-			// Dropped, rejected, aborted or terminated: it will not apply.
-			if s.removeInflight(r.p) {
-				s.resolveDropped(r.p)
-			}
-		}
-		s.mu.Unlock()
-	}
 }
 
 // raftStorageConfig puts the Raft log of every shard in one pebble instance

@@ -95,7 +95,7 @@ func (sv *server) OnTraffic(c gnet.Conn) gnet.Action {
 	cs.beginTraffic()
 	action := sv.serveLines(cs, c)
 	for i, s := range cs.touched {
-		sv.node.proposePending(s)
+		sv.node.proposeFromLoop(s)
 		cs.touched[i] = nil
 	}
 	cs.touched = cs.touched[:0]

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -37,6 +38,10 @@ type proposal struct {
 	origins []origin // origins[i] belongs to command i
 	barrier bool     // the empty entry a new leader commits before serving
 	failed  bool     // its requesters were answered ERR already (outcome unknown)
+	// settled: it left the in-flight list, applied or known never to apply,
+	// and its requesters have had their one answer. A timeout that dragonboat
+	// reports afterwards must not answer them again.
+	settled bool
 }
 
 // shard is the engine's side of one Raft group: the view of its keys, the
@@ -44,6 +49,8 @@ type proposal struct {
 // and the timers. Everything in it is guarded by mu, which the event loops
 // (requests), the apply goroutine (Applied), the timer goroutine and the
 // proposer take in turn; none of them blocks while holding it.
+//
+// Lock order: proposeMu, then mu, then a connState's mu.
 type shard struct {
 	id   uint64
 	node *Node
@@ -66,21 +73,37 @@ type shard struct {
 	reads    []pendingRead // queries waiting for a ReadIndex (clusters only)
 	readKick chan struct{} // wakes the reader
 
-	proposeMu sync.Mutex    // orders Propose calls: see Node.proposePending
-	kick      chan struct{} // wakes the proposer
-	timerKick chan struct{} // wakes the timer goroutine: an earlier deadline
-	results   chan inflightResult
+	// Bounds that keep a commit stall from taking the server's memory:
+	// past them, requests that would add to the batch or the read queue
+	// are answered ERR overloaded (fields, so that tests can lower them).
+	maxPending int // commands in the batch waiting to be proposed
+	maxReads   int // queries waiting for a ReadIndex
+
+	proposeMu   sync.Mutex          // orders Propose calls: see Node.proposePending
+	kick        chan struct{}       // wakes the proposer
+	timerKick   chan struct{}       // wakes the timer goroutine: an earlier deadline
+	results     chan inflightResult // proposals for the watcher; never full when a proposer sends
+	resultsFull atomic.Bool         // a proposer stopped at a full results queue: the watcher kicks it
 }
+
+// Default bounds of a shard's batch and read queue. A full batch means that
+// maxProposalsInFlight proposals are waiting for a commit already.
+const (
+	maxPendingCommands = 1 << 16
+	maxPendingReads    = 1 << 16
+)
 
 func newShard(n *Node, id uint64) *shard {
 	return &shard{
-		id:        id,
-		node:      n,
-		keys:      make(map[string]*keyState),
-		kick:      make(chan struct{}, 1),
-		timerKick: make(chan struct{}, 1),
-		readKick:  make(chan struct{}, 1),
-		results:   make(chan inflightResult, 4096),
+		id:         id,
+		node:       n,
+		keys:       make(map[string]*keyState),
+		kick:       make(chan struct{}, 1),
+		timerKick:  make(chan struct{}, 1),
+		readKick:   make(chan struct{}, 1),
+		results:    make(chan inflightResult, maxProposalsInFlight),
+		maxPending: maxPendingCommands,
+		maxReads:   maxPendingReads,
 	}
 }
 
@@ -111,11 +134,19 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 	case codec.OpAcquire:
 		s.acquire(cs, r, now)
 	case codec.OpRelease, codec.OpExtend:
+		if s.batchFull() {
+			sendError(cs, r.Op, r.Key, codec.CodeOverloaded, tooManyCommands)
+			break
+		}
 		s.releaseOrExtend(cs, r)
 	case codec.OpQuery:
 		if !s.node.clustered() {
 			// One member: its applied view holds everything acknowledged.
 			s.query(cs, r.Key, now)
+			break
+		}
+		if len(s.reads) >= s.maxReads {
+			sendError(cs, r.Op, r.Key, codec.CodeOverloaded, tooManyReads)
 			break
 		}
 		s.reads = append(s.reads, pendingRead{cs: cs, key: string(r.Key)})
@@ -153,6 +184,15 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		} else {
 			send(cs, codec.OpAcquire, r.Key, codec.StatusTimeout)
 		}
+		s.forgetIfIdle(ks)
+		return
+	}
+	if ks.token == 0 && ks.granting == nil && ks.firstQueued() == nil && s.batchFull() {
+		// It would be granted at once, by a command the batch has no room
+		// for. (An acquire that queues adds no command, and a connection's
+		// earlier acquire of the key means it queues: the order of
+		// answers to one (op, key) is kept.)
+		sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, tooManyCommands)
 		s.forgetIfIdle(ks)
 		return
 	}
@@ -235,8 +275,15 @@ func (s *shard) answerNotServing(cs *connState, op byte, key []byte) {
 	sendError(cs, op, key, codec.CodeUnavailable, "leadership is changing or unknown, retry")
 }
 
-// tooManyWaiters is the text of ERR overloaded for maxWaitersPerConn.
-var tooManyWaiters = "too many unanswered acquires on this connection (" + strconv.Itoa(maxWaitersPerConn) + ")"
+// Texts of ERR overloaded.
+var (
+	tooManyWaiters  = "too many unanswered acquires on this connection (" + strconv.Itoa(maxWaitersPerConn) + ")"
+	tooManyCommands = "commits are stalled and too many commands wait to be proposed, retry later"
+	tooManyReads    = "too many queries wait for the leader to confirm its leadership, retry later"
+)
+
+// batchFull reports whether the batch has no room for a client's command.
+func (s *shard) batchFull() bool { return s.pending.Len() >= s.maxPending }
 
 func send(cs *connState, op byte, key []byte, st codec.Status) {
 	cs.send(&codec.Response{Op: op, Key: key, Status: st})
@@ -346,18 +393,21 @@ func (s *shard) applied(h sm.Header, cmds []sm.Command, results []sm.Result) {
 // never apply: it is resolved as dropped.
 func (s *shard) match(seq uint64) *proposal {
 	for len(s.inflight) > 0 && s.inflight[0].seq < seq {
-		dead := s.inflight[0]
-		s.inflight[0] = nil
-		s.inflight = s.inflight[1:]
-		s.resolveDropped(dead)
+		s.resolveDropped(s.popInflight())
 	}
 	if len(s.inflight) > 0 && s.inflight[0].seq == seq {
-		p := s.inflight[0]
-		s.inflight[0] = nil
-		s.inflight = s.inflight[1:]
-		return p
+		return s.popInflight()
 	}
 	return nil
+}
+
+// popInflight takes the oldest proposal off the in-flight list.
+func (s *shard) popInflight() *proposal {
+	p := s.inflight[0]
+	s.inflight[0] = nil
+	s.inflight = s.inflight[1:]
+	p.settled = true
+	return p
 }
 
 func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, now int64) {
@@ -483,6 +533,7 @@ func (s *shard) sendDeferred(z *waiter) {
 // still armed from an earlier term is moved, to keep the heap ordered.
 func (s *shard) setDeadline(ks *keyState, now int64) {
 	ks.deadline = now + msToNanos(ks.leaseMs)
+	plantedDeadline(ks, now) // the chaos run's planted bug; a no-op without -tags chaosmutation
 	if s.serving || ks.leaseIdx != notInHeap {
 		s.leases.set(ks)
 		s.timerMayBeEarlier(ks.deadline)
@@ -560,24 +611,51 @@ func (s *shard) failProposal(p *proposal, code, text string) {
 				sendError(o.w.cs, codec.OpAcquire, bytesOf(o.ks.key), code, text)
 			}
 			o.w.abandoned = true
-			o.ks.unlink(o.w)
-			o.w.cs.removeWaiter(o.w)
-			s.waits.clear(o.w)
+			// Answers deferred behind it on its connection go out now, in
+			// order; the waiter stays the key's granting one until the
+			// outcome is known.
+			s.finish(o.w)
 		}
 	}
 }
 
 // removeInflight drops p from the in-flight list; false if it is not there.
 func (s *shard) removeInflight(p *proposal) bool {
+	if p.settled {
+		return false
+	}
 	for i, q := range s.inflight {
 		if q == p {
 			copy(s.inflight[i:], s.inflight[i+1:])
 			s.inflight[len(s.inflight)-1] = nil
 			s.inflight = s.inflight[:len(s.inflight)-1]
+			p.settled = true
 			return true
 		}
 	}
 	return false
+}
+
+// proposalTimedOut handles a proposal dragonboat gave up waiting for. It may
+// still commit: its requesters are answered now, unless match or a drop
+// answered them already (a leader paused past the timeout learns of the new
+// term first), and a barrier is proposed whose applying settles whether
+// this one did (see match).
+func (s *shard) proposalTimedOut(p *proposal) {
+	if p.settled {
+		return
+	}
+	s.failProposal(p, codec.CodeUnavailable, "not committed in time, retry")
+	s.needBarrier = true
+	s.kickIfPending()
+}
+
+// proposalDropped handles a proposal dragonboat reports dropped, rejected,
+// aborted or terminated: it will not apply.
+func (s *shard) proposalDropped(p *proposal) {
+	if s.removeInflight(p) {
+		s.resolveDropped(p)
+	}
 }
 
 // ---- timers ----
@@ -764,18 +842,37 @@ func (s *shard) dropPending() {
 	}
 }
 
-// reset replaces the view of the shard with the table as loaded.
+// reset replaces the committed view of the shard with the table as loaded
+// (a snapshot recovery, or the start). Everything else keeps pointing at
+// the keyStates it knows: proposals in flight, batched origins, waiters and
+// their timers. So the keyStates are updated in place rather than replaced,
+// and each leaves the lease heap through clear, which keeps the heap's
+// indexes true; a key the new table does not hold just becomes free.
 func (s *shard) reset(each func(func(sm.Lock))) {
 	now := monoNow()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.keys = make(map[string]*keyState)
-	s.leases = nil
+	for _, ks := range s.keys {
+		ks.token, ks.leaseMs, ks.deadline, ks.expiring = 0, 0, 0, false
+		s.leases.clear(ks)
+	}
+	held := 0
 	each(func(l sm.Lock) {
-		ks := s.addKey(string(l.Key))
+		ks := s.keys[string(l.Key)]
+		if ks == nil {
+			ks = s.addKey(string(l.Key))
+		}
 		ks.token, ks.leaseMs = l.Token, l.LeaseMs
 		s.setDeadline(ks, now)
+		held++
 	})
+	// Once per shard at start, and once per snapshot recovery: rare.
+	s.node.log.Info("shard table loaded", "shard", s.id, "locks", held)
+	for _, ks := range s.keys {
+		s.grantHead(ks)
+		s.forgetIfIdle(ks)
+	}
+	s.kickIfPending()
 }
 
 // ---- goroutines ----

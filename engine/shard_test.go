@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,8 @@ func (fakeConn) Fd() int                       { return -1 } // poll ignores it:
 // testShard is a serving leader shard of a one-node cluster.
 func testShard(t *testing.T) *shard {
 	t.Helper()
-	n := &Node{cfg: Config{ID: 1, Peers: []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}}, proposerID: 42}
+	n := &Node{cfg: Config{ID: 1, Peers: []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}}, proposerID: 42,
+		log: slog.New(slog.DiscardHandler)}
 	s := newShard(n, 1)
 	s.leaderID, s.serving = 1, true
 	return s
@@ -190,5 +192,159 @@ func TestAbandonedGrantHandedOn(t *testing.T) {
 	_, cmds = take(t, s)
 	if len(cmds) != 2 || cmds[0].Op != sm.OpRelease || cmds[0].Token != 1025 || cmds[1].Op != sm.OpGrant {
 		t.Fatalf("proposed %+v, want Release of 1025 and the next Grant", cmds)
+	}
+}
+
+// A proposal answered as dropped (a later proposal of ours applied first, or
+// dragonboat reported the drop) gets no second answer when dragonboat's
+// proposal timeout fires for it afterwards, as it does for a leader that was
+// paused past the timeout.
+func TestSettledProposalNotAnsweredAgainOnTimeout(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, s *shard, cs *connState) // leaves one request in flight
+		drop  func(t *testing.T, s *shard, p *proposal)
+	}{
+		{"acquire/later entry applied", acquireInFlight, laterEntryApplies},
+		{"acquire/dropped", acquireInFlight, dropReported},
+		{"release/later entry applied", releaseInFlight, laterEntryApplies},
+		{"release/dropped", releaseInFlight, dropReported},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := testShard(t)
+			cs := newConn()
+			tt.setup(t, s, cs)
+			p, _ := take(t, s)
+			tt.drop(t, s, p)
+			if got := answers(cs); len(got) != 1 || !strings.Contains(got[0], " ERR unavailable ") {
+				t.Fatalf("after the drop: %q, want one ERR unavailable", got)
+			}
+			s.mu.Lock()
+			s.proposalTimedOut(p)
+			s.mu.Unlock()
+			if got := answers(cs); got != nil {
+				t.Fatalf("a second answer to the same request: %q", got)
+			}
+		})
+	}
+}
+
+func acquireInFlight(t *testing.T, s *shard, cs *connState) {
+	request(t, s, cs, "A k 10000 0")
+}
+
+func releaseInFlight(t *testing.T, s *shard, cs *connState) {
+	holder := newConn()
+	request(t, s, holder, "A k 10000 0")
+	p, cmds := take(t, s)
+	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
+	request(t, s, cs, "R k 1025")
+}
+
+// laterEntryApplies proposes and applies another entry of this node, which
+// tells match that p will never apply.
+func laterEntryApplies(t *testing.T, s *shard, p *proposal) {
+	request(t, s, newConn(), "A other 10000 0")
+	q, cmds := take(t, s)
+	apply(s, q, cmds, sm.Result{Code: sm.Granted, Token: 2049})
+}
+
+func dropReported(t *testing.T, s *shard, p *proposal) {
+	s.mu.Lock()
+	s.proposalDropped(p)
+	s.mu.Unlock()
+}
+
+// When a Grant's proposal times out, the answers deferred behind its waiter
+// on the same connection go out after its ERR, in order, instead of waiting
+// for an outcome that may never come.
+func TestTimedOutGrantReleasesDeferredAnswers(t *testing.T) {
+	s := testShard(t)
+	cs := newConn()
+	request(t, s, cs, "A k 10000 0")  // granting
+	request(t, s, cs, "A k 10000 -1") // a try-lock, decided, deferred behind it
+	p, cmds := take(t, s)
+	s.mu.Lock()
+	s.proposalTimedOut(p)
+	s.mu.Unlock()
+	got := answers(cs)
+	if len(got) != 2 || !strings.HasPrefix(got[0], "A k ERR unavailable") || got[1] != "A k TIMEOUT" {
+		t.Fatalf("answers %q, want ERR unavailable then TIMEOUT", got)
+	}
+	if b, _ := take(t, s); !b.barrier {
+		t.Fatal("no barrier proposed after the timeout")
+	}
+	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
+	if got := answers(cs); got != nil {
+		t.Fatalf("the late grant was answered: %q", got)
+	}
+	_, rel := take(t, s)
+	if len(rel) != 1 || rel[0].Op != sm.OpRelease || rel[0].Token != 1025 {
+		t.Fatalf("after the late grant proposed %+v, want Release of token 1025", rel)
+	}
+}
+
+// locks is an Observer.Reset iterator over a fixed table.
+func locks(ls ...sm.Lock) func(func(sm.Lock)) {
+	return func(fn func(sm.Lock)) {
+		for _, l := range ls {
+			fn(l)
+		}
+	}
+}
+
+// A snapshot recovery swaps the committed view while proposals, waiters and
+// lease timers still point at the shard's keys: outcomes that arrive after
+// it must find consistent state (before, an outcome indexed the new, empty
+// lease heap with an old position and panicked or removed another key).
+func TestResetKeepsInFlightStateConsistent(t *testing.T) {
+	s := testShard(t)
+	holder, waiter, releaser := newConn(), newConn(), newConn()
+	for i, k := range []string{"a", "b", "c"} {
+		request(t, s, holder, "A "+k+" 10000 0")
+		p, cmds := take(t, s)
+		apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: uint64(1025 + i*1024)})
+	}
+	answers(holder)
+	request(t, s, waiter, "A b 10000 0") // queued behind b's holder
+	request(t, s, releaser, "R a 1025")
+	p, cmds := take(t, s)
+
+	// The recovered table: a is still held, b was freed meanwhile, c is
+	// held under a newer grant, d is new.
+	s.reset(locks(
+		sm.Lock{Key: []byte("a"), Token: 1025, LeaseMs: 10000},
+		sm.Lock{Key: []byte("c"), Token: 9217, LeaseMs: 10000},
+		sm.Lock{Key: []byte("d"), Token: 9218, LeaseMs: 10000},
+	))
+	apply(s, p, cmds, sm.Result{Code: sm.Released, Token: 1025})
+	if got := answers(releaser); len(got) != 1 || got[0] != "R a OK" {
+		t.Fatalf("release answered %q", got)
+	}
+	// b is free now: its waiter's Grant is proposed.
+	g, gcmds := take(t, s)
+	if len(gcmds) != 1 || gcmds[0].Op != sm.OpGrant || string(gcmds[0].Key) != "b" {
+		t.Fatalf("proposed %+v, want the Grant of b for its waiter", gcmds)
+	}
+	apply(s, g, gcmds, sm.Result{Code: sm.Granted, Token: 9219})
+	if got := answers(waiter); len(got) != 1 || got[0] != "A b OK 9219" {
+		t.Fatalf("waiter answered %q", got)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want := map[string]uint64{"b": 9219, "c": 9217, "d": 9218}
+	if len(s.keys) != len(want) || s.leases.Len() != len(want) {
+		t.Fatalf("%d keys and %d leases, want %d of each", len(s.keys), s.leases.Len(), len(want))
+	}
+	for k, tok := range want {
+		ks := s.keys[k]
+		if ks == nil || ks.token != tok {
+			t.Fatalf("key %s: %+v, want token %d", k, ks, tok)
+		}
+		if i := ks.leaseIdx; i < 0 || int(i) >= s.leases.Len() || s.leases[i] != ks {
+			t.Fatalf("key %s: lease heap index %d does not point at it", k, i)
+		}
 	}
 }

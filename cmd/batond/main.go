@@ -59,6 +59,10 @@ Flags:
                   tunnels or fault-injection proxies; default: RAFT_ADDR)
   --rtt DURATION  Raft tick: heartbeats every tick, elections after 10
                   (default 10ms)
+  --snapshot-entries N
+                  take a Raft snapshot and compact the log every N applied
+                  entries of a shard (default 100000); a follower further
+                  behind than the log kept catches up from a snapshot
   --log-level L   debug, info, warn or error (default info)
   --help          show this text
 
@@ -73,6 +77,7 @@ type options struct {
 	http       string
 	raftListen string
 	rtt        time.Duration
+	snapEvery  uint64
 	logLevel   string
 }
 
@@ -121,7 +126,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	node, err := engine.Start(engine.Config{
-		ID: opts.id, Peers: peers, RaftListen: opts.raftListen, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt, Logger: log,
+		ID: opts.id, Peers: peers, RaftListen: opts.raftListen, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt,
+		SnapshotEntries: opts.snapEvery, Logger: log,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
@@ -158,6 +164,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.http, "http", "", "")
 	fs.StringVar(&o.raftListen, "raft-listen", "", "")
 	fs.DurationVar(&o.rtt, "rtt", 10*time.Millisecond, "")
+	fs.Uint64Var(&o.snapEvery, "snapshot-entries", engine.DefaultSnapshotEntries, "")
 	fs.StringVar(&o.logLevel, "log-level", "info", "")
 	if err := fs.Parse(args); err != nil {
 		return o, err
