@@ -8,6 +8,13 @@ FUZZTIME ?= 30s
 SHELL       := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 
+# The seed of the chaos round in `make test` (tools/chaos), drawn once per
+# make and printed, so that a round that fails can be replayed with
+# `make chaos SEED=...`.
+CHAOS_SEED ?= $(shell date +%s%N)
+CHAOS_SEED := $(CHAOS_SEED)
+export CHAOS_SEED
+
 .PHONY: build run test bench fuzz clean
 
 build:
@@ -25,6 +32,7 @@ test:
 	fi
 	# -count=1: the end-to-end tests run a batond they build themselves, so
 	# Go's test cache cannot see a change to the server and would replay a pass.
+	@echo "chaos seed: $(CHAOS_SEED) (replay: make chaos SEED=$(CHAOS_SEED))"
 	$(GO) test -race -count=1 -timeout 9m ./...
 	# tools/compare is a module of its own (etcd and Redis clients stay out
 	# of baton's), so ./... does not reach it.
@@ -58,3 +66,17 @@ clean:
 .PHONY: compare
 compare:
 	tools/compare/run.sh
+
+# One chaos round (tools/chaos, docs/testing.md): a cluster under faults and
+# a checked workload. SEED replays a round (default: a new one), DURATION
+# is its workload time, e.g. DURATION=30m; CHAOS_TIMEOUT must exceed it by
+# a few minutes (start-up, the end of the run and the checks). -v shows the
+# schedule and the summary; with CHAOS_OUT=DIR the summary and any
+# visualization are kept in DIR/TestChaos-<seed>.
+SEED          ?= $(CHAOS_SEED)
+DURATION      ?= 60s
+CHAOS_TIMEOUT ?= 2h
+.PHONY: chaos
+chaos:
+	@echo "chaos seed: $(SEED), duration $(DURATION)"
+	CHAOS_SEED=$(SEED) CHAOS_DURATION=$(DURATION) $(GO) test -race -count=1 -v -timeout $(CHAOS_TIMEOUT) -run '^TestChaos$$' ./tools/chaos

@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.1.2
 	github.com/VictoriaMetrics/metrics v1.18.1
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/cockroachdb/pebble v0.0.0-20221207173255-0f086d933dac
 	github.com/lni/dragonboat/v4 v4.0.0-20250723143628-076c7f6497dc
 	github.com/panjf2000/gnet/v2 v2.9.7

@@ -49,6 +49,7 @@ func (t *table) apply(c *Command) Result {
 	i, held := t.slot[string(c.Key)]
 	switch c.Op {
 	case OpGrant:
+		held = t.plantedGrant(c.Key, held, i) // the chaos run's planted bugs; a no-op without -tags chaosmutation
 		if held {
 			return Result{Code: GrantRejected}
 		}

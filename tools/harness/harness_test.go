@@ -74,7 +74,7 @@ func fakeBatond(args []string) int {
 		fmt.Fprintln(os.Stderr, "batond:", err)
 		return 1
 	}
-	fmt.Fprintln(os.Stderr, "fake batond serving on", client)
+	fmt.Fprintln(os.Stderr, "fake batond serving on", client, "saying", os.Getenv("HARNESS_FAKE_SAY"))
 	readyAt := time.Now().Add(*unready)
 	go func() {
 		for {

@@ -45,6 +45,10 @@ type Options struct {
 	// Links, when set, puts every node's Raft port behind a proxy that a
 	// test can cut (see Links).
 	Links *Links
+	// Env are more environment variables (KEY=VALUE) for every process, on
+	// top of the test binary's own: e.g. the planted bug a batond built
+	// with BuildTags should switch on.
+	Env []string
 }
 
 func (o Options) shards() int {
@@ -69,6 +73,7 @@ type Node struct {
 	LogPath    string // stdout and stderr of every run, appended
 	Dir        string // the working directory of the process
 	Args       []string
+	Env        []string // KEY=VALUE added to the test binary's environment
 	// Cmd is the current or last process; nil before the first start.
 	Cmd *exec.Cmd
 
@@ -128,6 +133,7 @@ func StartCluster(t testing.TB, bin string, n int, opts Options) []*Node {
 			DataDir:      filepath.Join(root, fmt.Sprintf("n%d", id)),
 			LogPath:      filepath.Join(root, fmt.Sprintf("n%d.log", id)),
 			Dir:          root,
+			Env:          opts.Env,
 			ReadyTimeout: opts.ReadyTimeout,
 			t:            t,
 			shards:       opts.shards(),
@@ -324,6 +330,9 @@ func (n *Node) spawn() error {
 	}
 	cmd := exec.Command(n.bin, n.Args...)
 	cmd.Dir = n.Dir
+	if len(n.Env) > 0 {
+		cmd.Env = append(os.Environ(), n.Env...)
+	}
 	cmd.Stdout = f
 	cmd.Stderr = f
 	cmd.SysProcAttr = sysProcAttr()

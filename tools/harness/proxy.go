@@ -17,15 +17,24 @@ import (
 // connection, so a proxy knows both ends of every connection it carries.
 // Isolate therefore really stops all Raft traffic to and from a node. Client
 // traffic does not go through the proxies.
+//
+// dragonboat's connections are one-way: a node sends its messages to a peer
+// on connections it dials itself, and the peer answers on its own. Cut uses
+// that to cut one direction of a link only.
 type Links struct {
 	mu       sync.Mutex
 	proxies  map[int]*proxy // node id -> the proxy in front of it
 	isolated map[int]bool
+	cut      map[link]bool // one-way cuts, by sender and receiver
 }
+
+// link is the direction of a Raft link: messages sent by node from to node
+// to.
+type link struct{ from, to int }
 
 // NewLinks returns an empty set, to pass in Options.Links.
 func NewLinks() *Links {
-	return &Links{proxies: map[int]*proxy{}, isolated: map[int]bool{}}
+	return &Links{proxies: map[int]*proxy{}, isolated: map[int]bool{}, cut: map[link]bool{}}
 }
 
 // Isolate cuts every Raft link to and from node id: open connections are
@@ -39,17 +48,31 @@ func (l *Links) Isolate(id int) {
 	}
 }
 
-// Heal restores every link.
+// Cut stops the Raft messages node from sends to node to, and only those:
+// its open connections to to's proxy are closed and new ones refused until
+// Heal, while to's messages to from still flow. A connection whose sender
+// the proxy could not tell (see Links) is not cut.
+func (l *Links) Cut(from, to int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cut[link{from, to}] = true
+	for _, p := range l.proxies {
+		p.closeMatching(l.isolatedLocked)
+	}
+}
+
+// Heal restores every link: it ends every Isolate and every Cut.
 func (l *Links) Heal() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	clear(l.isolated)
+	clear(l.cut)
 }
 
 // isolatedLocked reports whether a connection from one node to another
-// must not flow; mu must be held. from is 0 when unknown.
+// must not flow, isolated or cut; mu must be held. from is 0 when unknown.
 func (l *Links) isolatedLocked(from, to int) bool {
-	return l.isolated[to] || (from != 0 && l.isolated[from])
+	return l.isolated[to] || (from != 0 && (l.isolated[from] || l.cut[link{from, to}]))
 }
 
 // blocked is isolatedLocked for the proxies' goroutines.

@@ -1,0 +1,94 @@
+// Package chaos is baton's randomized fault run: a workload of clients
+// takes and releases locks against a cluster while faults are injected, the
+// wire traffic of every client connection is recorded, and the recorded
+// history is then checked against a model of the lock service. A run passes
+// only if every checker finds nothing.
+//
+// # Recording
+//
+// A Recorder wraps each client connection (Recorder.Wrap) and sees exactly
+// what went over the wire: every request line written and every answer line
+// read, each stamped on the recorder's monotonic clock. Call is taken just
+// before the request's bytes are handed to the real Write, Return just after
+// the real Read returned its answer, so the true interval of a request, from
+// the moment the server could first see it to the moment its answer was
+// sent, lies inside [Call, Return]. Answers are paired as a pipelining
+// client pairs them: with the oldest outstanding request of the same (op,
+// key) on the same connection. When the connection fails (its Read errs, or
+// it is closed) its outstanding requests become unknown, and Finish makes
+// the rest unknown at the end of the run. Anything that pairs with no
+// request (a second answer, a "? - ERR" line) and any line that does not
+// parse is a problem: the two ends disagree about the stream.
+//
+// # Checkers
+//
+// Check runs four checkers over the history:
+//
+//   - Linearizability, with porcupine, key by key, against a sequential
+//     model of one key of the lock table (model.go). An answered op is
+//     what it says. An A, R or K answered ERR (any code: "unavailable"
+//     may still commit) or not at all is unknown: it may have taken effect
+//     at any time after its Call, so it returns, for porcupine, after
+//     everything else, and the model lets it have its effect or not. MOVED
+//     means the node did not serve the request, and a query without a state
+//     in its answer changes nothing; both are left out.
+//   - Fencing tokens: per key, a grant answered before another was asked
+//     for has the smaller token, and no token is granted twice or seen
+//     for two keys anywhere in the history.
+//   - Exactly one answer per request: every problem the recorder saw.
+//   - Nothing hangs: every request was answered, or its connection failed,
+//     within its own wait (for an A with wait_ms > 0) plus
+//     CheckConfig.AnswerBound, from its Call. An A that waits forever is
+//     exempt.
+//
+// A porcupine timeout is a finding too ("inconclusive"), never a pass. When
+// porcupine finds a key not linearizable, the HTML visualization of that
+// key's history and its longest partial linearizations is written to
+// CheckConfig.OutDir and named in the report.
+//
+// # The model
+//
+// The state of a key is the holder the model knows of (a token, or none),
+// expiryLB, maxToken, ghost and floor:
+//
+//   - expiryLB: the holder's lease surely does not end before it. It is the
+//     Call of the acquire that granted the lock, or of the last extend that
+//     succeeded, plus the lease asked for. The server starts a lease when it
+//     applies the command, which is after the request was sent, and a new
+//     leader restarts the leases it inherits, which only makes them later.
+//     There is no upper bound: without a leader nothing expires, for as long
+//     as that lasts.
+//   - An op may find the holder gone only if its Return is at or after
+//     expiryLB: it is linearized before it returned, and the lease could not
+//     have ended earlier. When the model uses that, floor becomes
+//     max(floor, expiryLB), and an op linearized after it must have a Return
+//     at or after floor; otherwise that order is illegal. This keeps time
+//     consistent across a linearization: once one op has seen the lease end,
+//     every op ordered after it happened after that end too, and an op that
+//     returned earlier cannot be put there to hide a grant made while the
+//     lease held.
+//   - Phantoms: the server can hold a key for a grant nobody learns of: an
+//     acquire whose answer was lost or unknown, a grant that raced with a
+//     TIMEOUT (released at once, maybe after the TIMEOUT was sent), a grant
+//     whose waiter's connection closed. So whenever the key has no known
+//     holder, or its holder may be gone, a phantom may hold it and vanish at
+//     any time: a try-lock may time out, and a query may see a holder nobody
+//     was told of, as long as its token is new (above maxToken) or is the
+//     phantom a query saw before (ghost). A phantom is never granted over a
+//     holder whose lease surely holds, and its token is a real token: it
+//     raises maxToken like any other.
+//   - maxToken is the largest token seen so far (A OK, Q HELD): a grant must
+//     bring a larger one.
+//
+// Why this never flags a correct server: every rule only forbids what the
+// protocol forbids in real time. A lease is never assumed over before
+// Call + lease_ms, which is no later than when a correct server may end it;
+// an op is never assumed to see it over unless it returned after that; the
+// floor only forbids orders in which an op would be linearized after its own
+// Return. Grants, releases and queries of requests whose outcome is unknown
+// are allowed both ways, and whatever the server may do that nobody is told
+// of (phantoms) is allowed whenever the key could be free. The one
+// assumption beyond the protocol text is that MOVED has no effect. What the
+// model does not try to do is notice a lease that was held too long: the
+// protocol bounds that only by leadership, which the history cannot see.
+package chaos
