@@ -105,7 +105,9 @@ func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) O
 //   - MOVED: the request goes to the named node (dialled if it is new), and
 //     that node becomes the preferred one for all requests;
 //   - ERR unavailable: retried with a growing backoff (up to a second)
-//     until the context ends;
+//     until the context ends, on another node than the one that said it
+//     (a node cut off from the others knows no leader while they have
+//     elected one);
 //   - any other ERR: returned as a *ServerError.
 //
 // Release does more (see Release).
@@ -213,9 +215,11 @@ var errTargetDown = errors.New("the node named by MOVED is not reachable")
 
 // pick returns a connection that is up: one to addr when addr is set (a
 // MOVED target, added to the pool if new), else one to the preferred node
-// if any is up, else any, round-robin. It waits while a candidate is still
-// dialling. With none usable it fails with an error matching ErrUnavailable.
-func (cl *Client) pick(ctx context.Context, addr string) (*conn, error) {
+// if any is up, else any, round-robin. A connection to avoid (a node that
+// just said it cannot serve) is taken only when no other is up, and is not
+// the preferred one. It waits while a candidate is still dialling. With
+// none usable it fails with an error matching ErrUnavailable.
+func (cl *Client) pick(ctx context.Context, addr, avoid string) (*conn, error) {
 	for {
 		cl.mu.Lock()
 		if cl.closed {
@@ -230,12 +234,19 @@ func (cl *Client) pick(ctx context.Context, addr string) (*conn, error) {
 			cl.addConnLocked(addr)
 		}
 		want := addr
-		if want == "" {
+		if want == "" && cl.preferred != avoid {
 			want = cl.preferred
 		}
-		c, dialing := cl.chooseLocked(want)
-		if c == nil && addr == "" && want != "" {
-			c, dialing = cl.chooseLocked("")
+		var c *conn
+		dialing := false
+		if want != "" {
+			c, dialing = cl.chooseLocked(want, "")
+		}
+		if c == nil && addr == "" {
+			c, dialing = cl.chooseLocked("", avoid)
+			if c == nil && !dialing && avoid != "" {
+				c, dialing = cl.chooseLocked("", "")
+			}
 		}
 		changed := cl.changed
 		cl.mu.Unlock()
@@ -244,6 +255,10 @@ func (cl *Client) pick(ctx context.Context, addr string) (*conn, error) {
 		}
 		if !dialing {
 			if addr != "" {
+				// The leader named by MOVED is one we lost: it is likely
+				// back (it leads), so try it now rather than at the next
+				// scheduled dial.
+				cl.redial(addr)
 				return nil, errTargetDown
 			}
 			return nil, cl.noConnError()
@@ -252,6 +267,17 @@ func (cl *Client) pick(ctx context.Context, addr string) (*conn, error) {
 		case <-changed:
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		}
+	}
+}
+
+// redial asks every connection to addr to dial again soon.
+func (cl *Client) redial(addr string) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	for _, c := range cl.conns {
+		if c.addr == addr {
+			c.redialSoon()
 		}
 	}
 }
@@ -267,15 +293,16 @@ func (cl *Client) knownLocked(addr string) bool {
 }
 
 // chooseLocked returns the next connection that is up, round-robin, among
-// those to addr ("" for all), and whether one of them is being dialled.
-func (cl *Client) chooseLocked(addr string) (*conn, bool) {
+// those to addr ("" for all) and not to avoid, and whether one of them is
+// being dialled.
+func (cl *Client) chooseLocked(addr, avoid string) (*conn, bool) {
 	n := len(cl.conns)
 	start := int(cl.rr % uint32(n))
 	cl.rr++
 	dialing := false
 	for i := range n {
 		c := cl.conns[(start+i)%n]
-		if addr != "" && c.addr != addr {
+		if (addr != "" && c.addr != addr) || (avoid != "" && c.addr == avoid) {
 			continue
 		}
 		switch c.state.Load() {
@@ -353,6 +380,7 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 		ans     answer
 		lastErr error
 		target  string // where MOVED told us to go
+		avoid   string // the node that last answered ERR unavailable
 		drops   int
 		hops    int
 		backoff = backoffMin
@@ -385,8 +413,8 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
-		c, err := cl.pick(ctx, target)
-		target = ""
+		c, err := cl.pick(ctx, target, avoid)
+		target, avoid = "", ""
 		if err != nil {
 			switch {
 			case errors.Is(err, ErrClosed), ctx.Err() != nil:
@@ -470,6 +498,12 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 			}
 			lastErr = se
 			ans.ambiguous = true
+			if se.Code == codec.CodeUnavailable {
+				// That node knows no leader (it may be cut off from the
+				// others, who elected one meanwhile): ask another, which
+				// answers or sends us on with MOVED.
+				avoid = c.addr
+			}
 			if err := pause(); err != nil {
 				return fail(err)
 			}

@@ -59,10 +59,19 @@ type conn struct {
 	watch   stallWatch    // the current session's stall detection
 	lastErr error         // why the connection is down
 	kick    chan struct{} // wakes the writer; capacity 1
+
+	// redialNow cuts the wait before the next dial short (capacity 1): a
+	// MOVED named this node while it was down, so it is likely back.
+	redialNow chan struct{}
 }
 
+// minRedialGap spaces the dials of one connection even when MOVED asks
+// for them, so that a stale MOVED to a node that stays down costs at most
+// a few dials a second.
+const minRedialGap = 100 * time.Millisecond
+
 func newConn(cl *Client, addr string) *conn {
-	c := &conn{cl: cl, addr: addr, epoch: time.Now(), kick: make(chan struct{}, 1)}
+	c := &conn{cl: cl, addr: addr, epoch: time.Now(), kick: make(chan struct{}, 1), redialNow: make(chan struct{}, 1)}
 	c.state.Store(stateDialing)
 	return c
 }
@@ -113,14 +122,8 @@ func (c *conn) run() {
 	var lastDial time.Time
 	for ctx.Err() == nil {
 		if !lastDial.IsZero() {
-			if wait := c.cl.opts.redialInterval - time.Since(lastDial); wait > 0 {
-				t := time.NewTimer(wait)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-					return
-				}
+			if !c.waitToRedial(ctx, lastDial) {
+				return
 			}
 			c.setState(stateDialing, nil)
 		}
@@ -141,6 +144,39 @@ func (c *conn) run() {
 			// meanwhile instead of into the same silence.
 			lastDial = time.Now()
 		}
+	}
+}
+
+// waitToRedial waits until redialInterval has passed since lastDial, or
+// until a redial is asked for (redialSoon) and minRedialGap has passed. It
+// returns false when the client closes.
+func (c *conn) waitToRedial(ctx context.Context, lastDial time.Time) bool {
+	interval := c.cl.opts.redialInterval
+	for {
+		wait := interval - time.Since(lastDial)
+		if wait <= 0 {
+			return true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+			return true
+		case <-c.redialNow:
+			t.Stop()
+			interval = minRedialGap
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		}
+	}
+}
+
+// redialSoon asks a connection that is down to dial again without waiting
+// out redialInterval.
+func (c *conn) redialSoon() {
+	select {
+	case c.redialNow <- struct{}{}:
+	default:
 	}
 }
 

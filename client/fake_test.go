@@ -42,7 +42,13 @@ type fakeLine struct {
 
 func startFake(t *testing.T) *fakeServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return startFakeAt(t, "127.0.0.1:0")
+}
+
+// startFakeAt is startFake on a given address (a server coming back).
+func startFakeAt(t *testing.T, addr string) *fakeServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,6 +469,95 @@ func TestUnavailableRetried(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("query did not end")
 		}
+	}
+}
+
+// TestUnavailableTriesAnotherNode: a preferred node that answers ERR
+// unavailable (say it is cut off from the others, who elected a new leader)
+// is not asked again at once: the retry goes to another node, whose MOVED
+// leads to the new leader.
+func TestUnavailableTriesAnotherNode(t *testing.T) {
+	old, other := startFake(t), startFake(t)
+	c := newTestClient(t, old.addr(), other.addr())
+	old.waitConns(1)
+	other.waitConns(1)
+	done := make(chan error, 1)
+	query := func() {
+		go func() {
+			_, err := c.Query(ctxFor(t, 10*time.Second), "u")
+			done <- err
+		}()
+	}
+	// Make old the preferred node: whoever is asked first sends the client
+	// there.
+	query()
+	var req fakeLine
+	select {
+	case req = <-other.lines:
+	case req = <-old.lines:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no request")
+	}
+	reply(t, req.nc, "Q u MOVED "+old.addr())
+	req = old.next()
+	reply(t, req.nc, "Q u FREE")
+	if err := recv(t, done); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		query()
+		req = old.next() // preferred
+		reply(t, req.nc, "Q u ERR unavailable leadership is changing or unknown, retry")
+		req = other.next()
+		reply(t, req.nc, "Q u MOVED "+old.addr())
+		req = old.next()
+		reply(t, req.nc, "Q u FREE")
+		if err := recv(t, done); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestMovedToLostNodeRedialsAtOnce: a node the client lost (it was down
+// when the connection last dialled) that comes back and is named by MOVED
+// is dialled again at once, not at the next scheduled redial.
+func TestMovedToLostNodeRedialsAtOnce(t *testing.T) {
+	back, other := startFake(t), startFake(t)
+	addr := back.addr()
+	long := func(o *options) { o.redialInterval = time.Minute }
+	c := newTestClientWith(t, []string{addr, other.addr()}, long)
+	back.waitConns(1)
+	other.waitConns(1)
+	back.close() // down: the connection's redial fails, the next is a minute away
+	lost := c.conns[0]
+	for deadline := time.Now().Add(5 * time.Second); lost.state.Load() != stateDown; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection to the closed server is not down")
+		}
+	}
+	back = startFakeAt(t, addr)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Query(ctxFor(t, 10*time.Second), "m")
+		done <- err
+	}()
+	// other sends it to the node that came back, as often as it is asked,
+	// until the client has dialled that node: seconds, not the minute.
+	timeout := time.After(5 * time.Second)
+	for served := false; !served; {
+		select {
+		case req := <-other.lines:
+			reply(t, req.nc, "Q m MOVED "+addr)
+		case req := <-back.lines:
+			reply(t, req.nc, "Q m FREE")
+			served = true
+		case <-timeout:
+			t.Fatal("the node named by MOVED was not dialled again within 5 s")
+		}
+	}
+	if err := recv(t, done); err != nil {
+		t.Fatal(err)
 	}
 }
 
