@@ -63,6 +63,7 @@ type options struct {
 	dial           func(ctx context.Context, addr string) (net.Conn, error)
 	redialInterval time.Duration // RedialInterval; tests shorten it
 	stallTimeout   time.Duration // WithStallTimeout; 0: off
+	ownerPrefix    string        // WithOwnerPrefix
 }
 
 // WithDialTimeout bounds each dial (default DefaultDialTimeout).
@@ -110,7 +111,9 @@ func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) O
 //     elected one);
 //   - any other ERR: returned as a *ServerError.
 //
-// Release does more (see Release).
+// A retried acquire names the same owner as its first attempt (see
+// Acquire), so that the server answers it with the grant an earlier
+// attempt may have got. Release does more (see Release).
 type Client struct {
 	opts   options
 	ctx    context.Context // cancelled by Close
@@ -133,6 +136,9 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	o := options{dialTimeout: DefaultDialTimeout, redialInterval: RedialInterval, stallTimeout: DefaultStallTimeout}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := checkOwnerPrefix(o.ownerPrefix); err != nil {
+		return nil, err
 	}
 	if o.dial == nil {
 		d := &net.Dialer{}
@@ -366,6 +372,7 @@ type answer struct {
 	status      codec.Status
 	token       uint64
 	remainingMs uint64
+	owner       string // Q HELD: the holder's owner, "" when it has none
 	// ambiguous: an earlier attempt may have taken effect on the server (its
 	// connection failed before the answer, or it got ERR unavailable, which
 	// covers "not committed in time").
@@ -373,8 +380,10 @@ type answer struct {
 }
 
 // exchange sends req until it gets an answer other than MOVED and the
-// errors the policy retries. The error is the last failure when the context
-// ends first.
+// errors the policy retries. Every attempt sends the same req (prepare may
+// change its wait, nothing else): an acquire's owner is the same on every
+// connection it tries, which is what lets the server recognize a retry.
+// The error is the last failure when the context ends first.
 func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, p policy) (answer, error) {
 	var (
 		ans     answer
@@ -509,7 +518,7 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 			}
 			continue
 		}
-		ans.status, ans.token, ans.remainingMs = cll.status, cll.token, cll.remainingMs
+		ans.status, ans.token, ans.remainingMs, ans.owner = cll.status, cll.token, cll.remainingMs, cll.owner
 		return ans, nil
 	}
 }
@@ -550,10 +559,21 @@ func ceilMs(d time.Duration) int64 {
 // returns an error the caller does not hold the lock: a grant that arrives
 // after the caller gave up is released at once.
 //
+// Every call names an owner, a fresh random one (see WithOwnerPrefix)
+// unless WithOwner gives it, which each retry sends again: when an answer
+// is lost (a connection that fails after the server granted, a leader
+// that dies after the grant committed), the retry gets that same grant
+// back instead of waiting behind it until its lease runs out. Such a
+// grant, which may be older than the retry, has its lease renewed (an
+// extend) before Acquire returns it, so that the Lock's lease is known; one
+// that ran out meanwhile is asked for again. Lock.Owner tells the owner,
+// and Query shows it for the holder.
+//
 // Waiters are served first come, first served, per node: when a
 // connection fails or leadership moves, the request joins the queue again
-// at the back.
-func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration) (*Lock, error) {
+// at the back, unless its earlier attempt still waits there (the server
+// has not noticed yet that the connection failed), whose place it takes.
+func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration, opts ...AcquireOption) (*Lock, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
@@ -563,6 +583,10 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 	}
 	if wait > MaxWait {
 		return nil, argError("bad wait %v: want at most 24h (or WaitForever, or NoWait)", wait)
+	}
+	owner, explicit, err := cl.acquireOwner(opts)
+	if err != nil {
+		return nil, err
 	}
 	var waitEnd time.Time // zero: forever
 	if wait > 0 {
@@ -597,30 +621,69 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 		req.WaitMs = min(ceilMs(left), codec.MaxWaitMs)
 		return nil
 	}
-	req := codec.Request{Op: codec.OpAcquire, Key: []byte(key), LeaseMs: lms}
-	ans, err := cl.exchange(ctx, &req, key, policy{prepare: prepare})
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
-			err = fmt.Errorf("%w (%w)", ErrTimeout, err)
+	// Built once: every retry in exchange sends this same request, owner
+	// included.
+	req := codec.Request{Op: codec.OpAcquire, Key: []byte(key), LeaseMs: lms, Owner: owner}
+	// mayBeOld: the caller's owner may hold the key from before this call.
+	mayBeOld := explicit
+	for {
+		ans, err := cl.exchange(ctx, &req, key, policy{prepare: prepare})
+		if err != nil {
+			return nil, opErr("acquire", key, acquireError(err))
 		}
-		return nil, opErr("acquire", key, err)
-	}
-	switch ans.status {
-	case codec.StatusOK:
-		return newLock(cl, key, ans.token, lease, sentAt), nil
-	case codec.StatusTimeout:
-		if ctxLimited {
-			return nil, opErr("acquire", key, fmt.Errorf("%w (%w)", ErrTimeout, context.DeadlineExceeded))
+		switch ans.status {
+		case codec.StatusOK:
+			if !mayBeOld && !ans.ambiguous {
+				// Granted after the last attempt was sent: the lease
+				// counts from then.
+				return newLock(cl, key, ans.token, owner, lease, sentAt), nil
+			}
+			// The grant may be older than the last attempt: an earlier one
+			// may have got it (the server answers a retry of the owner with
+			// the owner's grant), or the caller's owner may have held the
+			// key since before this call. Its lease started then, how long
+			// ago nobody here knows, and its answer may even have come
+			// after it ran out (held up on the connection behind another
+			// acquire of the key). Renew it, so that the Lock's lease is
+			// known.
+			renewed := time.Now()
+			err := cl.extend(ctx, key, ans.token, lease)
+			switch {
+			case err == nil:
+				return newLock(cl, key, ans.token, owner, lease, renewed), nil
+			case errors.Is(err, ErrNotHeld):
+				// It ran out before it could be renewed. The owner names
+				// nothing now, so asking again is a new acquire, whose
+				// grant (unless a retry makes it doubtful again) needs no
+				// renewal: were it renewed too, a lease shorter than a
+				// round trip would never end this loop.
+				mayBeOld = false
+				continue
+			}
+			cl.releaseAbandoned(key, ans.token)
+			return nil, opErr("acquire", key, fmt.Errorf("renewing the lease of token %d: %w", ans.token, acquireError(err)))
+		case codec.StatusTimeout:
+			if ctxLimited {
+				return nil, opErr("acquire", key, fmt.Errorf("%w (%w)", ErrTimeout, context.DeadlineExceeded))
+			}
+			return nil, opErr("acquire", key, ErrTimeout)
 		}
-		return nil, opErr("acquire", key, ErrTimeout)
+		return nil, opErr("acquire", key, fmt.Errorf("unexpected answer %s", ans.status))
 	}
-	return nil, opErr("acquire", key, fmt.Errorf("unexpected answer %s", ans.status))
+}
+
+// acquireError makes a deadline that ended an acquire match ErrTimeout too.
+func acquireError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("%w (%w)", ErrTimeout, err)
+	}
+	return err
 }
 
 // TryAcquire is Acquire with NoWait: it takes the lock if it is free, and
 // returns ErrTimeout at once if it is not.
-func (cl *Client) TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lock, error) {
-	return cl.Acquire(ctx, key, lease, NoWait)
+func (cl *Client) TryAcquire(ctx context.Context, key string, lease time.Duration, opts ...AcquireOption) (*Lock, error) {
+	return cl.Acquire(ctx, key, lease, NoWait, opts...)
 }
 
 // Release releases the grant of key with the given token (Lock.Release is
@@ -740,6 +803,10 @@ type State struct {
 	// millisecond; 0 for a lease that has run out and whose expiry is being
 	// committed.
 	Remaining time.Duration
+	// Owner is the owner the holder's acquire named (see Lock.Owner), when
+	// Held; "" when the grant has none (its acquire came from a client of
+	// protocol version 1).
+	Owner string
 }
 
 // Query returns the committed state of key: never older than what an
@@ -756,5 +823,5 @@ func (cl *Client) Query(ctx context.Context, key string) (State, error) {
 	if ans.status != codec.StatusHeld {
 		return State{}, nil
 	}
-	return State{Held: true, Token: ans.token, Remaining: time.Duration(ans.remainingMs) * time.Millisecond}, nil
+	return State{Held: true, Token: ans.token, Remaining: time.Duration(ans.remainingMs) * time.Millisecond, Owner: ans.owner}, nil
 }

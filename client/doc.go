@@ -28,6 +28,15 @@
 // mean "forever" for a wait). Leases run from 1 ms to 24 h, finite waits up
 // to 24 h.
 //
+// Every acquire names an owner (protocol 1.1): a random 128-bit value,
+// after the prefix set with WithOwnerPrefix (a host name and process id,
+// say, so that Query shows who holds a lock), made once per Acquire and
+// sent again by every retry of it. A retry whose first answer was lost
+// with its connection or its leader thus gets its own grant back instead
+// of queueing behind it for a lease. WithOwner names the owner of one
+// acquire explicitly; an owner names one holder, and two that share one
+// share the lock.
+//
 // Failures are retried where that is safe (see Client and Client.Release);
 // what reaches the caller can be told apart with errors.Is (ErrTimeout,
 // ErrNotHeld, ErrUnavailable, ErrClosed, context errors) and errors.As

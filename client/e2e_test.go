@@ -681,3 +681,48 @@ func TestLeaderStoppedMidAcquire(t *testing.T) {
 		t.Fatalf("release after the old leader resumed: %v", err)
 	}
 }
+
+// TestOwnersAgainstServer: the server keeps the owner an acquire names and
+// Query shows it; an acquire with the holder's owner (WithOwner) gets the
+// same grant back at once with its lease renewed, while any other owner
+// waits for it.
+func TestOwnersAgainstServer(t *testing.T) {
+	t.Parallel()
+	n := startNode(t)
+	c := newTestClientWith(t, []string{n.ClientAddr}, WithOwnerPrefix("e2e:"))
+	ctx := ctxFor(t, 20*time.Second)
+
+	l, err := c.TryAcquire(ctx, "owners/random", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Query(ctx, "owners/random"); err != nil || st.Token != l.Token() || st.Owner != l.Owner() || !strings.HasPrefix(st.Owner, "e2e:") {
+		t.Fatalf("query: %+v, %v; want token %d of owner %q", st, err, l.Token(), l.Owner())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	first, err := c.Acquire(ctx, "owners/named", time.Second, NoWait, WithOwner("job-17"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	again, err := c.Acquire(ctx, "owners/named", 20*time.Second, NoWait, WithOwner("job-17"))
+	if err != nil || again.Token() != first.Token() || again.Owner() != "job-17" {
+		t.Fatalf("acquire with the holder's owner: %v, %v; want token %d", again, err, first.Token())
+	}
+	st, err := c.Query(ctx, "owners/named")
+	if err != nil || st.Token != first.Token() || st.Owner != "job-17" || st.Remaining <= time.Second {
+		t.Fatalf("query: %+v, %v; want token %d of job-17 with its lease renewed to 20s", st, err, first.Token())
+	}
+	if _, err := c.TryAcquire(ctx, "owners/named", time.Second); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("another owner's try-lock: %v, want ErrTimeout", err)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Query(ctx, "owners/named"); err != nil || st.Held {
+		t.Fatalf("after release: %+v, %v", st, err)
+	}
+}

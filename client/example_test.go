@@ -89,3 +89,26 @@ func ExampleClient_TryAcquire() {
 	defer lock.Release(context.Background())
 	// ... the report ...
 }
+
+// A job that must find its lock again if it crashes and is started again
+// with the same run id: the owner names this run, so the second start gets
+// the first one's grant back (same token, lease renewed) instead of
+// waiting for it to run out. Only this run may use the owner: two holders
+// with one owner share the lock.
+func ExampleWithOwner() {
+	c, err := client.New([]string{"127.0.0.1:7700"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	runID := "nightly-2026-12-01" // from the scheduler, the same on a restart
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lock, err := c.Acquire(ctx, "cron/nightly-report", time.Minute, client.WaitForever, client.WithOwner("report:"+runID))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(context.Background())
+	lock.KeepAlive()
+	// ... the report, fenced with lock.Token() ...
+}

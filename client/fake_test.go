@@ -254,7 +254,7 @@ func TestPairingOutOfOrder(t *testing.T) {
 	byKey := make(map[string][]int)
 	for i, l := range got {
 		f := strings.Fields(l.text)
-		if len(f) != 4 || f[0] != "A" || f[1] != keys[i] || f[2] != "1000" {
+		if len(f) != 5 || f[0] != "A" || f[1] != keys[i] || f[2] != "1000" {
 			t.Fatalf("request %d: %q", i, l.text)
 		}
 		byKey[keys[i]] = append(byKey[keys[i]], i)
@@ -313,7 +313,7 @@ func TestAbandonedGrantIsReleased(t *testing.T) {
 		done <- err
 	}()
 	req := s.next()
-	if req.text != "A k 5000 0" {
+	if !strings.HasPrefix(req.text, "A k 5000 0 ") {
 		t.Fatalf("request %q", req.text)
 	}
 	cancel()

@@ -17,12 +17,14 @@ const keepAliveRetry = 200 * time.Millisecond
 //
 // The client tracks the lease with its own clock, conservatively: from the
 // moment the acquire (or the last extend) was sent, not from when the
-// server granted it. Done is closed when, as far as the client can tell,
-// the lock is no longer held.
+// server granted it (or, when the grant may be older than that, from when
+// Acquire renewed it; see Acquire). Done is closed when, as far as the
+// client can tell, the lock is no longer held.
 type Lock struct {
 	cl    *Client
 	key   string
 	token uint64
+	owner []byte // as sent; never changed, so Owner may read it without mu
 
 	mu       sync.Mutex
 	lease    time.Duration // the lease asked for last, which the keep-alive renews
@@ -36,8 +38,10 @@ type Lock struct {
 	kaDone   chan struct{}      // closed when the keep-alive goroutine has returned
 }
 
-func newLock(cl *Client, key string, token uint64, lease time.Duration, sentAt time.Time) *Lock {
-	return &Lock{cl: cl, key: key, token: token, lease: lease, expires: sentAt.Add(lease)}
+// newLock is the Lock of a grant whose lease started no earlier than
+// leaseFrom.
+func newLock(cl *Client, key string, token uint64, owner []byte, lease time.Duration, leaseFrom time.Time) *Lock {
+	return &Lock{cl: cl, key: key, token: token, owner: owner, lease: lease, expires: leaseFrom.Add(lease)}
 }
 
 // Key is the locked key.
@@ -47,6 +51,11 @@ func (l *Lock) Key() string { return l.key }
 // before. Pass it to whatever the lock protects, and have that reject
 // tokens older than the newest it has seen.
 func (l *Lock) Token() uint64 { return l.token }
+
+// Owner is the owner the acquire named: the client's random one (with the
+// prefix of WithOwnerPrefix) or the one given with WithOwner. Query shows
+// it for the holder, so a holder can tell its own grant in a query.
+func (l *Lock) Owner() string { return string(l.owner) }
 
 // Release releases the lock (sending its token, so that it can never free
 // someone else's grant) and stops the keep-alive. It retries for up to

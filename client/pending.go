@@ -30,6 +30,7 @@ type call struct {
 	status      codec.Status
 	token       uint64
 	remainingMs uint64
+	owner       string // HELD: the holder's owner, "" when it has none
 	addr        string // MOVED
 	code, text  string // ERR
 	err         error  // the connection failed before the answer came
@@ -46,6 +47,10 @@ func (c *call) setAnswer(r *codec.Response) {
 	c.token = r.Token
 	c.remainingMs = r.RemainingMs
 	switch r.Status {
+	case codec.StatusHeld:
+		if len(r.Owner) > 0 { // a string only when there is one: heartbeats find keys free
+			c.owner = string(r.Owner)
+		}
 	case codec.StatusMoved:
 		c.addr = string(r.Addr)
 	case codec.StatusErr:

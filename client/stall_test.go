@@ -27,6 +27,9 @@ func TestStalledConnectionFailsOver(t *testing.T) {
 		call   func(ctx context.Context, c *Client) error
 		prefix string // of the request line, sent twice
 		answer string // to the second
+		// renew, answered renewed, is the extend that follows a grant that
+		// may be older than its attempt (the stalled one may have got it).
+		renew, renewed string
 	}{
 		{
 			name: "acquire waiting forever",
@@ -34,8 +37,10 @@ func TestStalledConnectionFailsOver(t *testing.T) {
 				_, err := c.Acquire(ctx, "s", time.Second, WaitForever)
 				return err
 			},
-			prefix: "A s 1000 ",
-			answer: "A s OK 7",
+			prefix:  "A s 1000 ",
+			answer:  "A s OK 7",
+			renew:   "K s 7 1000",
+			renewed: "K s OK",
 		},
 		{
 			name:   "query",
@@ -70,6 +75,13 @@ func TestStalledConnectionFailsOver(t *testing.T) {
 				t.Fatalf("retry %q (on the stalled connection: %v)", retry.text, retry.nc == first.nc)
 			}
 			reply(t, retry.nc, tc.answer)
+			if tc.renew != "" {
+				if renew := s.next(); renew.text != tc.renew {
+					t.Fatalf("after the retry's answer: %q, want %q", renew.text, tc.renew)
+				} else {
+					reply(t, renew.nc, tc.renewed)
+				}
+			}
 			if err := recv(t, done); err != nil {
 				t.Fatalf("after its connection stalled: %v", err)
 			}

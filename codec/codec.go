@@ -1,4 +1,4 @@
-// Package codec is baton's wire protocol (version 1): it parses request lines
+// Package codec is baton's wire protocol (version 1.1): it parses request lines
 // in place and appends response lines to a caller's buffer, and does the
 // reverse for clients. It allocates nothing per request, starts no
 // goroutines and does no I/O, so the server's event loop and the client
@@ -27,6 +27,10 @@ const (
 	MaxLine = 1024
 	// MaxKey is the longest key in bytes.
 	MaxKey = 250
+	// MaxOwner is the longest owner of an acquire in bytes (protocol 1.1):
+	// room for a random 128-bit value in any common spelling (hex, UUID,
+	// base64) with a prefix, while keeping the lock table's entries small.
+	MaxOwner = 64
 	// MaxLeaseMs is the longest lease a client may ask for.
 	MaxLeaseMs = 86_400_000
 	// MaxWaitMs is the longest finite wait a client may ask for.
@@ -41,14 +45,16 @@ const (
 	WaitNone int64 = -1
 )
 
-// Request is one parsed request line. Key aliases the parsed input and is
-// valid only as long as that input is.
+// Request is one parsed request line. Key and Owner alias the parsed input
+// and are valid only as long as that input is: whoever keeps an owner past
+// the line (a waiter, the lock table) must copy it.
 type Request struct {
 	Op      byte   // OpAcquire, OpRelease, OpExtend or OpQuery
 	Key     []byte // 1..MaxKey bytes, each > 0x20 and != 0x7f
 	LeaseMs uint32 // A and K: 1..MaxLeaseMs
 	WaitMs  int64  // A: WaitForever, WaitNone or 1..MaxWaitMs
 	Token   uint64 // R: 0 when absent; K: never 0
+	Owner   []byte // A: nil when absent, else 1..MaxOwner bytes with a key's byte rules
 }
 
 // ValidKey reports whether key is a well-formed key: 1..MaxKey bytes, none of
@@ -56,4 +62,11 @@ type Request struct {
 // allowed.
 func ValidKey(key []byte) bool {
 	return len(key) <= MaxKey && isWord(key)
+}
+
+// ValidOwner reports whether owner is a well-formed owner of an acquire:
+// 1..MaxOwner bytes with the same byte rules as a key. A client checks its
+// owner with it before sending, since AppendRequest writes whatever it gets.
+func ValidOwner(owner []byte) bool {
+	return len(owner) <= MaxOwner && isWord(owner)
 }

@@ -53,6 +53,10 @@ var (
 	ErrMissingToken = &ParseError{CodeBadRequest, "missing token"}
 	// ErrBadToken is a token that is not a decimal u64 other than 0.
 	ErrBadToken = &ParseError{CodeBadRequest, "token must be 1..18446744073709551615"}
+	// ErrOwnerTooLong is an acquire whose owner has more than MaxOwner bytes.
+	ErrOwnerTooLong = &ParseError{CodeBadRequest, "owner longer than 64 bytes"}
+	// ErrOwnerByte is an acquire whose owner has a control byte or DEL in it.
+	ErrOwnerByte = &ParseError{CodeBadRequest, "owner must not contain control bytes or DEL"}
 	// ErrExtraField is a request with more fields than its op takes.
 	ErrExtraField = &ParseError{CodeBadRequest, "too many fields"}
 )
@@ -68,7 +72,8 @@ var (
 	// ErrRespStatus is a missing or unknown status word, or one that the op
 	// cannot have (such as "Q k OK" or "? - FREE").
 	ErrRespStatus = errors.New("codec: bad response: bad status for op")
-	// ErrRespValue is a missing or malformed value after the status word.
+	// ErrRespValue is a missing or malformed value after the status word,
+	// such as a token of 0 or a HELD owner longer than MaxOwner.
 	ErrRespValue = errors.New("codec: bad response: bad value")
 	// ErrRespExtraField is a response with more fields than its status takes.
 	ErrRespExtraField = errors.New("codec: bad response: too many fields")

@@ -13,12 +13,20 @@ func FuzzParseRequest(f *testing.F) {
 		"K k 17 3000", "Q k", "  Q   k  ", "A k 1 -01", "A k 1 -0", "R k 18446744073709551616",
 		"Q \x7f", "Q ключ", "", "X", "A", "A k 0 0", "Q k extra", "A k 1 0\r",
 		"Q " + strings.Repeat("k", MaxKey), "Q " + strings.Repeat("k", MaxKey+1),
+		// Owners (protocol 1.1).
+		"A k 1 0 o", "A orders/42 10000 500 9f86d081884c7d659a2feaa0c55ad015", "A  k 1 -1  o  ",
+		"A k 1 0 " + strings.Repeat("o", MaxOwner), "A k 1 0 " + strings.Repeat("o", MaxOwner+1),
+		"A k 1 0 " + strings.Repeat("é", MaxOwner/2), "A k 1 0 o\x7f", "A k 1 0 o\tp", "A k 1 0 \x00",
+		"A k 1 0 o x", "A k 1 0 o\r", "A k x o", "R k 1 o", "K k 1 1 o", "Q k o",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var r Request
 		err := ParseRequest(line, &r)
+		if r.Owner != nil && (r.Op != OpAcquire || !ValidOwner(r.Owner) || cap(r.Owner) != len(r.Owner)) {
+			t.Fatalf("ParseRequest(%q) = %+v, %v: bad owner", line, r, err)
+		}
 		if err != nil {
 			pe, ok := err.(*ParseError)
 			if !ok || pe.Code != CodeBadRequest {
@@ -26,6 +34,9 @@ func FuzzParseRequest(f *testing.F) {
 			}
 			if r.Key != nil && !ValidKey(r.Key) {
 				t.Fatalf("ParseRequest(%q) failed with %v but left invalid key %q", line, err, r.Key)
+			}
+			if (err == ErrOwnerTooLong || err == ErrOwnerByte) && (r.Op != OpAcquire || r.Key == nil || r.Owner != nil) {
+				t.Fatalf("ParseRequest(%q) failed with %v but left %+v", line, err, r)
 			}
 			// The answer to any bad line must itself be a well-formed response.
 			out := AppendParseError(nil, &r, pe)
@@ -104,12 +115,20 @@ func FuzzResponse(f *testing.F) {
 		"Q k HELD 17 9500", "Q k FREE", "A k MOVED 127.0.0.1:7710", "K k ERR unavailable",
 		"A k ERR badrequest lease_ms must be 1..86400000", "? - ERR toolong line longer than 1024 bytes",
 		"  A  k  ERR  internal  a  b  ", "Q k OK", "A k OK 0", "A k ERR", "Q k HELD 1 2 3",
+		// Owners (protocol 1.1).
+		"Q k HELD 17 9500 client-7", "Q k HELD 1 0 " + strings.Repeat("o", MaxOwner),
+		"Q k HELD 1 0 " + strings.Repeat("o", MaxOwner+1), "Q k HELD 1 2 o x", "Q k HELD 1 2 o\x7f",
+		"Q k HELD 1 2 a\tb", "  Q  k  HELD  1  2  o  ", "A k OK 1 o", "Q k FREE o",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var r Response
-		if ParseResponse(line, &r) != nil {
+		err := ParseResponse(line, &r)
+		if r.Owner != nil && (r.Status != StatusHeld || !ValidOwner(r.Owner)) {
+			t.Fatalf("ParseResponse(%q) = %+v, %v: bad owner", line, r, err)
+		}
+		if err != nil {
 			return
 		}
 		out := AppendResponse(nil, &r)

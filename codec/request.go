@@ -11,7 +11,9 @@ import "strconv"
 // Fields are checked left to right and the first fault is reported, so "A k
 // x" is ErrBadLease and "A k 1" is ErrMissingWait; ErrExtraField is checked
 // last. A key field that is present but malformed leaves r.Key nil: echoing
-// it would make a response line the client could not parse.
+// it would make a response line the client could not parse. A malformed
+// owner likewise leaves r.Owner nil, so that nil always means "no usable
+// owner" and a caller never acts on a rejected one.
 func ParseRequest(line []byte, r *Request) error {
 	*r = Request{}
 	var fs fields
@@ -38,7 +40,7 @@ func ParseRequest(line []byte, r *Request) error {
 	want := 2 // fields the op takes
 	switch r.Op {
 	case OpAcquire:
-		want = 4
+		want = 5 // the owner (protocol 1.1) is optional
 		if fs.n < 3 {
 			return ErrMissingLease
 		}
@@ -50,6 +52,15 @@ func ParseRequest(line []byte, r *Request) error {
 		}
 		if r.WaitMs, ok = parseWait(f[3]); !ok {
 			return ErrBadWait
+		}
+		if fs.n >= 5 {
+			switch {
+			case len(f[4]) > MaxOwner:
+				return ErrOwnerTooLong
+			case !isWord(f[4]):
+				return ErrOwnerByte
+			}
+			r.Owner = f[4]
 		}
 	case OpRelease:
 		want = 3
@@ -110,7 +121,9 @@ func parseWait(b []byte) (int64, bool) {
 // AppendRequest appends r as a request line, LF included, to dst. It writes
 // the fields r's op takes, in canonical form, and does not validate them:
 // that is ParseRequest's job at the other end. A release with Token 0 is
-// written without a token.
+// written without a token, an acquire with an empty Owner without an owner
+// (a plain version 1 acquire); an Owner on any other op is not written,
+// since only A takes one.
 func AppendRequest(dst []byte, r *Request) []byte {
 	dst = append(dst, r.Op, ' ')
 	dst = append(dst, r.Key...)
@@ -120,6 +133,10 @@ func AppendRequest(dst []byte, r *Request) []byte {
 		dst = strconv.AppendUint(dst, uint64(r.LeaseMs), 10)
 		dst = append(dst, ' ')
 		dst = strconv.AppendInt(dst, r.WaitMs, 10)
+		if len(r.Owner) > 0 {
+			dst = append(dst, ' ')
+			dst = append(dst, r.Owner...)
+		}
 	case OpRelease:
 		if r.Token != 0 {
 			dst = append(dst, ' ')

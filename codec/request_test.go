@@ -11,6 +11,12 @@ import (
 var (
 	key250 = strings.Repeat("k", MaxKey)
 	key251 = strings.Repeat("k", MaxKey+1)
+
+	owner64 = strings.Repeat("o", MaxOwner)
+	owner65 = strings.Repeat("o", MaxOwner+1)
+	// The limit counts bytes, not runes: 32 two-byte runes fill it.
+	ownerUTF64 = strings.Repeat("é", MaxOwner/2)
+	ownerUTF66 = strings.Repeat("é", MaxOwner/2+1)
 )
 
 func TestParseRequest(t *testing.T) {
@@ -100,8 +106,42 @@ func TestParseRequest(t *testing.T) {
 		{"K k x 1", Request{Op: 'K', Key: []byte("k")}, ErrBadToken},
 		{"K k", Request{Op: 'K', Key: []byte("k")}, ErrMissingToken},
 
+		// Owners (protocol 1.1): an optional fifth field of A only.
+		{"A orders/42 10000 500 client-7", Request{Op: 'A', Key: []byte("orders/42"), LeaseMs: 10000, WaitMs: 500, Owner: []byte("client-7")}, nil},
+		{"A k 1 -1 x", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: WaitNone, Owner: []byte("x")}, nil},
+		{"A  k  1  0   o  ", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, Owner: []byte("o")}, nil},
+		{"A k 1 0 " + owner64, Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, Owner: []byte(owner64)}, nil},
+		{"A k 1 0 " + ownerUTF64, Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, Owner: []byte(ownerUTF64)}, nil},
+		{"A k 1 0 !~\xff\x80", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, Owner: []byte("!~\xff\x80")}, nil},
+		{"A k 1 0 0123456789abcdef0123456789abcdef", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, Owner: []byte("0123456789abcdef0123456789abcdef")}, nil},
+		{"A k 1 0 " + owner65, Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerTooLong},
+		{"A k 1 0 " + ownerUTF66, Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerTooLong},
+		{"A k 1 0 " + key251, Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerTooLong},
+		{"A k 1 0 a\x7fb", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerByte},
+		{"A k 1 0 \x7f", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerByte},
+		{"A k 1 0 a\x01b", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerByte},
+		{"A k 1 0 \x00", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerByte},
+		{"A k 1 0 a\tb", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerByte},
+		{"A k 1 0 \t", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerByte},
+		{"A k 1 0 o\r", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerByte},
+		{"A k 1 0 o\x1b[0m", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerByte},
+		// Too long wins over a bad byte: the length is checked first, as for keys.
+		{"A k 1 0 " + owner64 + "\x01", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerTooLong},
+		// Left to right: an earlier fault is named, a later one is not seen.
+		{"A k 0 0 o", Request{Op: 'A', Key: []byte("k")}, ErrBadLease},
+		{"A k 1 x o", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrBadWait},
+		{"A k 1 0 a\x01 x", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerByte},
+		{"A k 1 0 " + owner65 + " x", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrOwnerTooLong},
+		// A sixth field, and an owner on the ops that take none.
+		{"A k 1 0 o x", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, Owner: []byte("o")}, ErrExtraField},
+		{"A k 1 0 o o", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, Owner: []byte("o")}, ErrExtraField},
+		{"A k 1 0 o x y z w", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, Owner: []byte("o")}, ErrExtraField},
+		{"R k 1 client-7", Request{Op: 'R', Key: []byte("k"), Token: 1}, ErrExtraField},
+		{"K k 1 1 client-7", Request{Op: 'K', Key: []byte("k"), Token: 1, LeaseMs: 1}, ErrExtraField},
+		{"Q k client-7", Request{Op: 'Q', Key: []byte("k")}, ErrExtraField},
+		{"R k client-7", Request{Op: 'R', Key: []byte("k")}, ErrBadToken},
+
 		// Extra fields.
-		{"A k 1 0 x", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, ErrExtraField},
 		{"R k 1 x", Request{Op: 'R', Key: []byte("k"), Token: 1}, ErrExtraField},
 		{"K k 1 1 1", Request{Op: 'K', Key: []byte("k"), Token: 1, LeaseMs: 1}, ErrExtraField},
 		{"Q k x", Request{Op: 'Q', Key: []byte("k")}, ErrExtraField},
@@ -109,7 +149,7 @@ func TestParseRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		// Start from a dirty Request: ParseRequest must overwrite all of it.
-		r := Request{Op: 'Z', Key: []byte("stale"), LeaseMs: 9, WaitMs: 9, Token: 9}
+		r := Request{Op: 'Z', Key: []byte("stale"), LeaseMs: 9, WaitMs: 9, Token: 9, Owner: []byte("stale")}
 		err := ParseRequest([]byte(tt.line), &r)
 		if err != tt.err {
 			t.Errorf("ParseRequest(%q) error = %v, want %v", tt.line, err, tt.err)
@@ -120,12 +160,79 @@ func TestParseRequest(t *testing.T) {
 		if tt.want.Key == nil && r.Key != nil {
 			t.Errorf("ParseRequest(%q): Key = %q, want nil", tt.line, r.Key)
 		}
+		// Absent is nil, not empty: the engine tells "no owner" by nil.
+		if tt.want.Owner == nil && r.Owner != nil {
+			t.Errorf("ParseRequest(%q): Owner = %q, want nil", tt.line, r.Owner)
+		}
+		// An owner is a sub-slice of the line that cannot be appended over it.
+		if r.Owner != nil && (cap(r.Owner) != len(r.Owner) || !bytes.Contains([]byte(tt.line), r.Owner)) {
+			t.Errorf("ParseRequest(%q): Owner %q (cap %d) is not a capped sub-slice", tt.line, r.Owner, cap(r.Owner))
+		}
+	}
+}
+
+// TestParseRequestOwnerAliases checks that Owner points into the line, as
+// Key does, rather than into a copy: the hot path must not allocate one.
+func TestParseRequestOwnerAliases(t *testing.T) {
+	line := []byte("A k 1 0 client-7")
+	var r Request
+	if err := ParseRequest(line, &r); err != nil {
+		t.Fatal(err)
+	}
+	if &r.Owner[0] != &line[8] {
+		t.Errorf("Owner does not alias the line")
+	}
+}
+
+func TestValidOwner(t *testing.T) {
+	tests := []struct {
+		owner string
+		ok    bool
+	}{
+		{"o", true},
+		{owner64, true},
+		{ownerUTF64, true},
+		{"\xff\x80!~", true},
+		{"", false},
+		{owner65, false},
+		{ownerUTF66, false},
+		{"a b", false},
+		{"a\tb", false},
+		{"a\x7f", false},
+		{"\x00", false},
+		{"o\n", false},
+	}
+	for _, tt := range tests {
+		if got := ValidOwner([]byte(tt.owner)); got != tt.ok {
+			t.Errorf("ValidOwner(%q) = %v, want %v", tt.owner, got, tt.ok)
+		}
+	}
+	if ValidOwner(nil) {
+		t.Errorf("ValidOwner(nil) = true")
 	}
 }
 
 func equalRequest(a, b *Request) bool {
 	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.LeaseMs == b.LeaseMs &&
-		a.WaitMs == b.WaitMs && a.Token == b.Token
+		a.WaitMs == b.WaitMs && a.Token == b.Token && bytes.Equal(a.Owner, b.Owner)
+}
+
+// onWire is r reduced to the fields its op puts on the wire, which is what
+// parsing AppendRequest's line gives back.
+func onWire(r Request) Request {
+	w := Request{Op: r.Op, Key: r.Key}
+	switch r.Op {
+	case OpAcquire:
+		w.LeaseMs, w.WaitMs = r.LeaseMs, r.WaitMs
+		if len(r.Owner) > 0 {
+			w.Owner = r.Owner
+		}
+	case OpRelease:
+		w.Token = r.Token
+	case OpExtend:
+		w.Token, w.LeaseMs = r.Token, r.LeaseMs
+	}
+	return w
 }
 
 // TestErrorTexts keeps the texts honest about the limits they quote, and
@@ -133,7 +240,7 @@ func equalRequest(a, b *Request) bool {
 func TestErrorTexts(t *testing.T) {
 	all := []*ParseError{ErrTooLong, ErrEmptyLine, ErrBadOp, ErrMissingKey, ErrKeyTooLong,
 		ErrKeyByte, ErrMissingLease, ErrBadLease, ErrMissingWait, ErrBadWait,
-		ErrMissingToken, ErrBadToken, ErrExtraField}
+		ErrMissingToken, ErrBadToken, ErrOwnerTooLong, ErrOwnerByte, ErrExtraField}
 	seen := map[string]bool{}
 	for _, e := range all {
 		if seen[e.Text] {
@@ -152,7 +259,7 @@ func TestErrorTexts(t *testing.T) {
 		n uint64
 	}{
 		{ErrTooLong, MaxLine}, {ErrKeyTooLong, MaxKey}, {ErrBadLease, MaxLeaseMs},
-		{ErrBadWait, MaxWaitMs}, {ErrBadToken, 1<<64 - 1},
+		{ErrBadWait, MaxWaitMs}, {ErrBadToken, 1<<64 - 1}, {ErrOwnerTooLong, MaxOwner},
 	} {
 		if !strings.Contains(c.e.Text, strconv.FormatUint(c.n, 10)) {
 			t.Errorf("%q does not quote %d", c.e.Text, c.n)
@@ -218,6 +325,14 @@ func TestAppendRequest(t *testing.T) {
 		{Request{Op: 'R', Key: []byte("k"), Token: 1<<64 - 1}, "R k 18446744073709551615\n"},
 		{Request{Op: 'K', Key: []byte("k"), Token: 7, LeaseMs: 86400000}, "K k 7 86400000\n"},
 		{Request{Op: 'Q', Key: []byte("k"), Token: 7, LeaseMs: 1}, "Q k\n"},
+		// Owners: written for A when set, and only for A.
+		{Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: 0, Owner: []byte("client-7")}, "A k 1 0 client-7\n"},
+		{Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: WaitNone, Owner: []byte(owner64)}, "A k 1 -1 " + owner64 + "\n"},
+		{Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: 5, Owner: []byte(ownerUTF64)}, "A k 1 5 " + ownerUTF64 + "\n"},
+		{Request{Op: 'A', Key: []byte("k"), LeaseMs: 1, WaitMs: 5, Owner: []byte{}}, "A k 1 5\n"},
+		{Request{Op: 'R', Key: []byte("k"), Token: 3, Owner: []byte("o")}, "R k 3\n"},
+		{Request{Op: 'K', Key: []byte("k"), Token: 3, LeaseMs: 1, Owner: []byte("o")}, "K k 3 1\n"},
+		{Request{Op: 'Q', Key: []byte("k"), Owner: []byte("o")}, "Q k\n"},
 	}
 	for _, tt := range tests {
 		got := AppendRequest([]byte("prefix|"), &tt.r)
@@ -227,7 +342,8 @@ func TestAppendRequest(t *testing.T) {
 		}
 		var back Request
 		line, _, _ := SplitLine(got[len("prefix|"):])
-		if err := ParseRequest(line, &back); err != nil || !equalRequest(&back, &tt.r) && tt.r.Op != 'Q' {
+		want := onWire(tt.r)
+		if err := ParseRequest(line, &back); err != nil || !equalRequest(&back, &want) || want.Owner == nil && back.Owner != nil {
 			t.Errorf("round trip of %+v = %+v, %v", tt.r, back, err)
 		}
 	}
@@ -246,6 +362,11 @@ func TestAppendParseError(t *testing.T) {
 		{"A orders/42 0 0", "A orders/42 ERR badrequest lease_ms must be 1..86400000\n"},
 		{"K k 0 1", "K k ERR badrequest token must be 1..18446744073709551615\n"},
 		{"Q k x", "Q k ERR badrequest too many fields\n"},
+		{"A orders/42 1 0 " + owner65, "A orders/42 ERR badrequest owner longer than 64 bytes\n"},
+		{"A orders/42 1 0 o\x7f", "A orders/42 ERR badrequest owner must not contain control bytes or DEL\n"},
+		{"A orders/42 1 0 o\tp", "A orders/42 ERR badrequest owner must not contain control bytes or DEL\n"},
+		{"A orders/42 1 0 o x", "A orders/42 ERR badrequest too many fields\n"},
+		{"R orders/42 1 o", "R orders/42 ERR badrequest too many fields\n"},
 	}
 	for _, tt := range tests {
 		var r Request

@@ -67,16 +67,19 @@ type Response struct {
 	Status      Status
 	Token       uint64 // A OK and Q HELD
 	RemainingMs uint64 // Q HELD
+	Owner       []byte // Q HELD: the grant's owner (protocol 1.1), nil when it has none
 	Addr        []byte // MOVED: host:port of the leader
 	Code        []byte // ERR: one-word code
 	Text        []byte // ERR: optional text
 }
 
 // AppendResponse appends r as a response line, LF included, to dst. Only the
-// fields r.Status uses are written: Token for A OK, Token and RemainingMs
-// for HELD, Addr for MOVED, Code and Text (when not empty) for ERR. r is not
-// validated, except that a Status outside the known ones is written as "ERR
-// internal", so that a server bug still yields a line the client can parse.
+// fields r.Status uses are written: Token for A OK, Token, RemainingMs and
+// Owner (when not empty) for HELD, Addr for MOVED, Code and Text (when not
+// empty) for ERR. An acquire's OK never carries the owner: the client that
+// sent it knows it. r is not validated, except that a Status outside the
+// known ones is written as "ERR internal", so that a server bug still yields
+// a line the client can parse.
 func AppendResponse(dst []byte, r *Response) []byte {
 	dst = append(dst, r.Op, ' ')
 	dst = append(dst, r.Key...)
@@ -93,6 +96,10 @@ func AppendResponse(dst []byte, r *Response) []byte {
 		dst = strconv.AppendUint(dst, r.Token, 10)
 		dst = append(dst, ' ')
 		dst = strconv.AppendUint(dst, r.RemainingMs, 10)
+		if len(r.Owner) > 0 {
+			dst = append(dst, ' ')
+			dst = append(dst, r.Owner...)
+		}
 	case StatusMoved:
 		dst = append(dst, "MOVED "...)
 		dst = append(dst, r.Addr...)
@@ -118,9 +125,11 @@ func AppendResponse(dst []byte, r *Response) []byte {
 //
 // Every form of the protocol is accepted, and nothing else: the status must
 // fit the op, tokens are never 0, the MOVED address and the ERR code are one
-// word each. The ERR text is the rest of the line after the code, with the
-// spaces around it dropped; it may be empty and must not hold control bytes.
-// Every error is one of the ErrResp values.
+// word each, and the optional owner of HELD is a valid owner (ValidOwner;
+// anything else there is ErrRespValue, and r.Owner stays nil). The ERR text
+// is the rest of the line after the code, with the spaces around it dropped;
+// it may be empty and must not hold control bytes. Every error is one of the
+// ErrResp values.
 func ParseResponse(line []byte, r *Response) error {
 	*r = Response{}
 	var fs fields
@@ -165,6 +174,13 @@ func ParseResponse(line []byte, r *Response) error {
 		}
 		if r.RemainingMs, ok = parseUint(f[4]); !ok {
 			return ErrRespValue
+		}
+		if fs.n >= 6 {
+			want = 6
+			if !ValidOwner(f[5]) {
+				return ErrRespValue
+			}
+			r.Owner = f[5]
 		}
 	case StatusMoved:
 		want = 4

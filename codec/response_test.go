@@ -8,7 +8,7 @@ import (
 func equalResponse(a, b *Response) bool {
 	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.Status == b.Status &&
 		a.Token == b.Token && a.RemainingMs == b.RemainingMs && bytes.Equal(a.Addr, b.Addr) &&
-		bytes.Equal(a.Code, b.Code) && bytes.Equal(a.Text, b.Text)
+		bytes.Equal(a.Code, b.Code) && bytes.Equal(a.Text, b.Text) && bytes.Equal(a.Owner, b.Owner)
 }
 
 func b(s string) []byte { return []byte(s) }
@@ -27,6 +27,10 @@ func TestResponseRoundTrip(t *testing.T) {
 		{Response{Op: 'K', Key: b("k"), Status: StatusNotHeld}, "K k NOTHELD"},
 		{Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 17, RemainingMs: 9500}, "Q k HELD 17 9500"},
 		{Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 17, RemainingMs: 0}, "Q k HELD 17 0"},
+		{Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 17, RemainingMs: 9500, Owner: b("client-7")}, "Q k HELD 17 9500 client-7"},
+		{Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 1<<64 - 1, RemainingMs: 0, Owner: b(owner64)}, "Q k HELD 18446744073709551615 0 " + owner64},
+		{Response{Op: 'Q', Key: b("ключ"), Status: StatusHeld, Token: 1, RemainingMs: 1, Owner: b(ownerUTF64)}, "Q ключ HELD 1 1 " + ownerUTF64},
+		{Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 1, RemainingMs: 1, Owner: b("3")}, "Q k HELD 1 1 3"},
 		{Response{Op: 'Q', Key: b("k"), Status: StatusFree}, "Q k FREE"},
 		{Response{Op: 'A', Key: b("k"), Status: StatusMoved, Addr: b("127.0.0.1:7710")}, "A k MOVED 127.0.0.1:7710"},
 		{Response{Op: 'Q', Key: b("k"), Status: StatusMoved, Addr: b("[::1]:7700")}, "Q k MOVED [::1]:7700"},
@@ -42,9 +46,36 @@ func TestResponseRoundTrip(t *testing.T) {
 		if string(got) != tt.line+"\n" {
 			t.Errorf("AppendResponse(%+v) = %q, want %q", tt.r, got, tt.line+"\n")
 		}
-		r := Response{Op: 'Z', Key: b("stale"), Status: 99, Token: 9, RemainingMs: 9, Addr: b("x"), Code: b("x"), Text: b("x")}
+		r := Response{Op: 'Z', Key: b("stale"), Status: 99, Token: 9, RemainingMs: 9, Addr: b("x"), Code: b("x"), Text: b("x"), Owner: b("x")}
 		if err := ParseResponse([]byte(tt.line), &r); err != nil || !equalResponse(&r, &tt.r) {
 			t.Errorf("ParseResponse(%q) = %+v, %v; want %+v", tt.line, r, err, tt.r)
+		}
+		// No owner is nil, so a client can tell "none" without a length test.
+		if tt.r.Owner == nil && r.Owner != nil {
+			t.Errorf("ParseResponse(%q): Owner = %q, want nil", tt.line, r.Owner)
+		}
+	}
+}
+
+// TestAppendResponseOwner checks that the owner is written for HELD only,
+// and only when there is one.
+func TestAppendResponseOwner(t *testing.T) {
+	tests := []struct {
+		r    Response
+		line string
+	}{
+		{Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 5, RemainingMs: 10, Owner: b("o")}, "Q k HELD 5 10 o"},
+		{Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 5, RemainingMs: 10, Owner: b("")}, "Q k HELD 5 10"},
+		{Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 5, RemainingMs: 10}, "Q k HELD 5 10"},
+		// An acquire's OK does not echo the owner: the client sent it.
+		{Response{Op: 'A', Key: b("k"), Status: StatusOK, Token: 5, Owner: b("o")}, "A k OK 5"},
+		{Response{Op: 'Q', Key: b("k"), Status: StatusFree, Owner: b("o")}, "Q k FREE"},
+		{Response{Op: 'A', Key: b("k"), Status: StatusTimeout, Owner: b("o")}, "A k TIMEOUT"},
+		{Response{Op: 'Q', Key: b("k"), Status: StatusMoved, Addr: b("h:1"), Owner: b("o")}, "Q k MOVED h:1"},
+	}
+	for _, tt := range tests {
+		if got := AppendResponse(nil, &tt.r); string(got) != tt.line+"\n" {
+			t.Errorf("AppendResponse(%+v) = %q, want %q", tt.r, got, tt.line+"\n")
 		}
 	}
 }
@@ -59,6 +90,8 @@ func TestParseResponseLenient(t *testing.T) {
 		{"A k ERR internal   ", Response{Op: 'A', Key: b("k"), Status: StatusErr, Code: b("internal")}},
 		{"A k ERR internal   disk  full  ", Response{Op: 'A', Key: b("k"), Status: StatusErr, Code: b("internal"), Text: b("disk  full")}},
 		{"? odd ERR x", Response{Op: '?', Key: b("odd"), Status: StatusErr, Code: b("x")}},
+		{"  Q  k  HELD  1  2   o  ", Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 1, RemainingMs: 2, Owner: b("o")}},
+		{"Q k HELD 01 002 o", Response{Op: 'Q', Key: b("k"), Status: StatusHeld, Token: 1, RemainingMs: 2, Owner: b("o")}},
 	}
 	for _, tt := range tests {
 		var r Response
@@ -106,7 +139,21 @@ func TestParseResponseErrors(t *testing.T) {
 		{"A k OK 1 2", ErrRespExtraField},
 		{"R k OK 1", ErrRespExtraField},
 		{"A k TIMEOUT 5", ErrRespExtraField},
-		{"Q k HELD 1 2 3", ErrRespExtraField},
+		{"Q k HELD 1 2 3 4", ErrRespExtraField},
+		{"Q k HELD 1 2 o o", ErrRespExtraField},
+		{"Q k HELD 1 2 o x y z", ErrRespExtraField},
+		{"A k OK 1 client-7", ErrRespExtraField},
+		{"Q k FREE client-7", ErrRespExtraField},
+		{"Q k HELD 1 2 " + owner65, ErrRespValue},
+		{"Q k HELD 1 2 " + ownerUTF66, ErrRespValue},
+		{"Q k HELD 1 2 o\x7f", ErrRespValue},
+		{"Q k HELD 1 2 \x7f", ErrRespValue},
+		{"Q k HELD 1 2 o\x01", ErrRespValue},
+		{"Q k HELD 1 2 a\tb", ErrRespValue},
+		{"Q k HELD 1 2 o\r", ErrRespValue},
+		{"Q k HELD 1 2 \x00 x", ErrRespValue},
+		{"Q k HELD 0 2 o", ErrRespValue},
+		{"Q k HELD 1 x o", ErrRespValue},
 		{"Q k FREE x", ErrRespExtraField},
 		{"A k MOVED h:1 h:2", ErrRespExtraField},
 	}
@@ -114,6 +161,9 @@ func TestParseResponseErrors(t *testing.T) {
 		var r Response
 		if err := ParseResponse([]byte(tt.line), &r); err != tt.err {
 			t.Errorf("ParseResponse(%q) error = %v, want %v", tt.line, err, tt.err)
+		}
+		if tt.err == ErrRespValue && r.Owner != nil {
+			t.Errorf("ParseResponse(%q) kept a rejected owner %q", tt.line, r.Owner)
 		}
 	}
 }

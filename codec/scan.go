@@ -36,8 +36,10 @@ func SplitLine(buf []byte) (line []byte, n int, err error) {
 }
 
 // maxFields is one more than any request or response takes before free
-// text, so that an extra field is seen without scanning the whole line.
-const maxFields = 6
+// text, so that an extra field is seen without scanning the whole line. The
+// longest are an acquire with its owner (5 fields) and a HELD answer with
+// its owner (6: "Q k HELD token remaining_ms owner").
+const maxFields = 7
 
 // fields is a line cut at its spaces: f[:n] are its first n fields, and
 // end[i] is the index just past f[i] in the line.
@@ -77,8 +79,9 @@ func isOp(c byte) bool {
 	return c == OpAcquire || c == OpRelease || c == OpExtend || c == OpQuery
 }
 
-// isWord reports whether b is a non-empty run of bytes that a key, an ERR
-// code or an address may hold: anything but space, control bytes and DEL.
+// isWord reports whether b is a non-empty run of bytes that a key, an owner,
+// an ERR code or an address may hold: anything but space, control bytes and
+// DEL.
 func isWord(b []byte) bool {
 	for _, c := range b {
 		if c <= ' ' || c == 0x7f {

@@ -70,6 +70,7 @@ func TestStreaming(t *testing.T) {
 		"toolong with LF": append(slices.Clip(lines[:300]), "Q "+long+"\nQ after\n"...),
 		"toolong no LF":   append(slices.Clip(lines[:300]), "Q "+long...),
 		"longest line":    []byte("Q k\n" + "Q " + strings.Repeat("k", MaxKey) + strings.Repeat(" ", MaxLine-MaxKey-2) + "\r\nQ z\n"),
+		"owners":          ownerStream,
 	}
 	for name, in := range inputs {
 		want, wantPending, wantClosed := readRequests(in)
@@ -93,6 +94,32 @@ func TestStreaming(t *testing.T) {
 		if got, pending, closed := readRequests(bytewise...); !slices.Equal(got, want) || closed != wantClosed || !closed && pending != wantPending {
 			t.Errorf("%s byte by byte: %d events, want %d; first difference near %q", name, len(got), len(want), firstDiff(got, want))
 		}
+	}
+}
+
+// ownerStream holds acquires with owners (protocol 1.1), good and bad, and
+// ends in one whose LF has not arrived yet.
+var ownerStream = []byte("A k 1 0 o1\nA k 1 -1 " + strings.Repeat("o", MaxOwner) + "\r\nA  k  1  0  o2  \n" +
+	"A k 1 0 " + strings.Repeat("o", MaxOwner+1) + "\nA k 1 0 o\x7f\r\nA k 1 0 o\tp\nA k 1 0 o x\n" +
+	"R k 1 o\nQ k o\nA k 1 0 o3")
+
+// TestStreamingOwners pins what the reader makes of ownerStream, so that the
+// split-anywhere checks of TestStreaming compare against the right answer.
+func TestStreamingOwners(t *testing.T) {
+	want := []string{
+		"A k 1 0 o1\n",
+		"A k 1 -1 " + strings.Repeat("o", MaxOwner) + "\n",
+		"A k 1 0 o2\n",
+		"A k ERR badrequest owner longer than 64 bytes\n",
+		"A k ERR badrequest owner must not contain control bytes or DEL\n",
+		"A k ERR badrequest owner must not contain control bytes or DEL\n",
+		"A k ERR badrequest too many fields\n",
+		"R k ERR badrequest too many fields\n",
+		"Q k ERR badrequest too many fields\n",
+	}
+	got, pending, closed := readRequests(ownerStream)
+	if !slices.Equal(got, want) || pending != len("A k 1 0 o3") || closed {
+		t.Errorf("got %q (pending %d, closed %v), want %q", got, pending, closed, want)
 	}
 }
 

@@ -15,12 +15,17 @@ const (
 	waitDeferred
 	// waitDone: answered and out of the queue.
 	waitDone
+	// waitRegranting: a retry of the holder's owner (owners.go); its Grant
+	// is in flight. It is in the queue only so that later answers on its
+	// connection wait for it; nothing is granted to it from there.
+	waitRegranting
 )
 
 // waiter is one acquire that has not been answered yet.
 type waiter struct {
 	cs      *connState
 	ks      *keyState
+	owner   string // protocol 1.1 owner; "" for none
 	leaseMs uint32
 	tryLock bool
 	// abandoned: the client stopped waiting (its connection closed or its
@@ -38,10 +43,17 @@ type waiter struct {
 	cprev, cnext *waiter // the connection's list
 }
 
-// deferredAnswer is the answer of a waitDeferred waiter: TIMEOUT when err
-// is nil, else the ERR of a malformed request.
+// deferredAnswer is the answer of a waitDeferred waiter: OK with token
+// when token is set (a grant of its owner), else TIMEOUT when err is nil,
+// else the ERR of a malformed request.
 type deferredAnswer struct {
-	err error
+	err   error
+	token uint64
+}
+
+// live reports whether w still waits for its answer to be decided.
+func (w *waiter) live() bool {
+	return w.state == waitQueued || w.state == waitGranting || w.state == waitRegranting
 }
 
 // keyState is the shard's view of one key: the committed holder (kept on
@@ -73,6 +85,21 @@ func (ks *keyState) enqueue(w *waiter) {
 	ks.tail = w
 	w.inQueue = true
 	if w.state == waitDeferred {
+		ks.deferred++
+	}
+}
+
+// insertBefore puts z, which is in no queue, right before at.
+func (ks *keyState) insertBefore(z, at *waiter) {
+	z.prev, z.next = at.prev, at
+	if at.prev != nil {
+		at.prev.next = z
+	} else {
+		ks.head = z
+	}
+	at.prev = z
+	z.inQueue = true
+	if z.state == waitDeferred {
 		ks.deferred++
 	}
 }
@@ -113,7 +140,7 @@ func (ks *keyState) firstQueued() *waiter {
 // (queued or granting) that a new answer on cs must not overtake.
 func (ks *keyState) hasLiveWaiter(cs *connState) bool {
 	for w := ks.head; w != nil; w = w.next {
-		if w.cs == cs && (w.state == waitQueued || w.state == waitGranting) {
+		if w.cs == cs && w.live() {
 			return true
 		}
 	}

@@ -57,6 +57,7 @@ type shard struct {
 
 	mu       sync.Mutex
 	keys     map[string]*keyState
+	owners   map[string]string // key -> owner of its committed grant, for grants with one (owners.go)
 	leases   deadlineHeap[*keyState]
 	waits    deadlineHeap[*waiter]
 	pending  sm.Batch
@@ -98,6 +99,7 @@ func newShard(n *Node, id uint64) *shard {
 		id:         id,
 		node:       n,
 		keys:       make(map[string]*keyState),
+		owners:     make(map[string]string),
 		kick:       make(chan struct{}, 1),
 		timerKick:  make(chan struct{}, 1),
 		readKick:   make(chan struct{}, 1),
@@ -178,7 +180,8 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 	if ks == nil {
 		ks = s.addKey(string(r.Key))
 	}
-	if r.WaitMs == codec.WaitNone && (ks.token != 0 || ks.granting != nil) {
+	retry := s.isRetry(ks, r.Owner)
+	if r.WaitMs == codec.WaitNone && !retry && (ks.token != 0 || ks.granting != nil) {
 		if ks.hasLiveWaiter(cs) {
 			s.deferAnswer(cs, ks, nil)
 		} else {
@@ -187,7 +190,7 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		s.forgetIfIdle(ks)
 		return
 	}
-	if ks.token == 0 && ks.granting == nil && ks.firstQueued() == nil && s.batchFull() {
+	if (retry || ks.token == 0 && ks.granting == nil && ks.firstQueued() == nil) && s.batchFull() {
 		// It would be granted at once, by a command the batch has no room
 		// for. (An acquire that queues adds no command, and a connection's
 		// earlier acquire of the key means it queues: the order of
@@ -197,6 +200,9 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		return
 	}
 	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued, waitIdx: notInHeap}
+	if len(r.Owner) > 0 {
+		w.owner = string(r.Owner)
+	}
 	switch cs.addWaiter(w) {
 	case connClosed:
 		s.forgetIfIdle(ks)
@@ -206,11 +212,18 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		s.forgetIfIdle(ks)
 		return
 	}
+	if retry {
+		w.state = waitRegranting
+	}
 	ks.enqueue(w)
 	if r.WaitMs > 0 {
 		w.waitUntil = now + r.WaitMs*int64(time.Millisecond)
 		s.waits.set(w)
 		s.timerMayBeEarlier(w.waitUntil)
+	}
+	if retry {
+		s.regrant(ks, w)
+		return
 	}
 	s.grantHead(ks)
 }
@@ -260,6 +273,7 @@ func (s *shard) query(cs *connState, key []byte, now int64) {
 	cs.send(&codec.Response{
 		Op: codec.OpQuery, Key: key, Status: codec.StatusHeld, Token: ks.token,
 		RemainingMs: uint64((remaining + int64(time.Millisecond) - 1) / int64(time.Millisecond)),
+		Owner:       bytesOf(s.ownerOf(ks)),
 	})
 }
 
@@ -337,7 +351,7 @@ func (s *shard) handOff(ks *keyState) {
 func (s *shard) proposeGrant(ks *keyState, w *waiter) {
 	w.state = waitGranting
 	ks.granting = w
-	s.propose(sm.Command{Op: sm.OpGrant, Key: bytesOf(ks.key), LeaseMs: w.leaseMs}, origin{kind: originGrant, ks: ks, w: w})
+	s.propose(sm.Command{Op: sm.OpGrant, Key: bytesOf(ks.key), LeaseMs: w.leaseMs, Owner: bytesOf(w.owner)}, origin{kind: originGrant, ks: ks, w: w})
 }
 
 // takeProposal seals what is pending into a proposal and records it as in
@@ -425,11 +439,13 @@ func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, n
 			ks = s.addKey(string(c.Key))
 		}
 		ks.token, ks.leaseMs, ks.expiring = res.Token, c.LeaseMs, false
+		s.setOwner(ks, c.Owner)
 		s.setDeadline(ks, now)
 	case sm.Released, sm.Expired:
 		if ks != nil {
 			ks.token, ks.deadline, ks.expiring = 0, 0, false
 			s.leases.clear(ks)
+			s.clearOwner(ks)
 		}
 	case sm.Extended:
 		if ks != nil {
@@ -466,20 +482,18 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now
 		send(o.cs, o.op, c.Key, st)
 	case originGrant:
 		w := o.w
+		if w.state == waitRegranting {
+			s.regranted(w, res, failed, now)
+			return
+		}
 		if ks.granting == w {
 			ks.granting = nil
 		}
-		granted := res.Code == sm.Granted
 		switch {
-		case granted && (failed || w.abandoned || w.cs.peerGone(now)):
-			// Nobody waits for this grant any more: give it back at once.
-			s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: res.Token}, origin{kind: originInternal, ks: ks, token: res.Token})
-			s.handOff(ks)
-			s.finish(w)
-		case granted:
-			w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: c.Key, Status: codec.StatusOK, Token: res.Token})
-			s.finish(w)
+		case res.Code == sm.Granted, res.Code == sm.Regranted:
+			s.granted(w, res.Token, res.Code == sm.Granted, failed, now)
 		case w.abandoned || failed:
+			s.handPlace(w)
 			s.finish(w)
 		case w.tryLock:
 			send(w.cs, codec.OpAcquire, c.Key, codec.StatusTimeout)
@@ -487,6 +501,22 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now
 		default:
 			w.state = waitQueued // keeps its place; the key was not free after all
 		}
+	}
+}
+
+// granted answers the acquire a grant landed for, and every other waiting
+// acquire of its owner. A new grant (fresh: not the owner's own grant found
+// again) that nobody waits for any more is given back at once.
+func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) {
+	ks := w.ks
+	live := !failed && !w.abandoned && !w.cs.peerGone(now)
+	if live {
+		w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token})
+	}
+	s.finish(w)
+	if !s.grantSameOwner(ks, w.owner, token) && !live && fresh {
+		s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: token}, origin{kind: originInternal, ks: ks, token: token})
+		s.handOff(ks)
 	}
 }
 
@@ -515,8 +545,20 @@ func (s *shard) finish(w *waiter) {
 	s.waits.clear(w)
 }
 
+// errNotServing is the deferred answer of an acquire that leadership
+// moved away from: MOVED, or ERR unavailable, decided when it is sent.
+var errNotServing = errors.New("not serving")
+
 func (s *shard) sendDeferred(z *waiter) {
 	key := bytesOf(z.ks.key)
+	if z.deferred.err == errNotServing {
+		s.answerNotServing(z.cs, codec.OpAcquire, key)
+		return
+	}
+	if z.deferred.token != 0 {
+		z.cs.send(&codec.Response{Op: codec.OpAcquire, Key: key, Status: codec.StatusOK, Token: z.deferred.token})
+		return
+	}
 	var perr *codec.ParseError
 	if errors.As(z.deferred.err, &perr) {
 		z.cs.sendParseError(&codec.Request{Op: codec.OpAcquire, Key: key}, perr)
@@ -711,12 +753,15 @@ func (s *shard) waitDue(w *waiter) {
 			return
 		}
 		send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.handPlace(w)
 		s.finish(w)
 		s.forgetIfIdle(ks)
-	case waitGranting:
-		// The Grant is in flight: answer now, release the grant if it lands.
+	case waitGranting, waitRegranting:
+		// The Grant is in flight: answer now; a new grant that lands is
+		// released (or kept for another acquire of the owner).
 		w.abandoned = true
 		send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.handPlace(w)
 		s.finish(w)
 	}
 }
@@ -727,10 +772,12 @@ func (s *shard) abandon(w *waiter) {
 	ks := w.ks
 	switch w.state {
 	case waitQueued, waitDeferred:
+		s.handPlace(w)
 		ks.unlink(w)
 		w.state = waitDone
-	case waitGranting:
+	case waitGranting, waitRegranting:
 		w.abandoned = true
+		s.handPlace(w)
 		ks.unlink(w)
 	}
 	s.waits.clear(w)
@@ -741,7 +788,7 @@ func (s *shard) abandon(w *waiter) {
 // the same key ahead of w.
 func (s *shard) hasEarlierLive(w *waiter) bool {
 	for z := w.ks.head; z != nil && z != w; z = z.next {
-		if z.cs == w.cs && (z.state == waitQueued || z.state == waitGranting) {
+		if z.cs == w.cs && z.live() {
 			return true
 		}
 	}
@@ -788,6 +835,7 @@ func (s *shard) startServing(now int64) {
 		if ks.token != 0 {
 			s.setDeadline(ks, now)
 		}
+		s.regrantParked(ks)
 		s.grantHead(ks)
 	}
 	s.kickIfPending()
@@ -798,20 +846,37 @@ func (s *shard) startServing(now int64) {
 func (s *shard) stopServing() {
 	s.serving = false
 	s.dropPending()
+	var queue []*waiter
 	for _, ks := range s.keys {
-		for w := ks.head; w != nil; {
-			next := w.next
-			switch w.state {
-			case waitQueued:
+		// A snapshot of the queue: answering a waiter releases the answers
+		// deferred behind it, which leave the queue under the loop.
+		queue = queue[:0]
+		for w := ks.head; w != nil; w = w.next {
+			queue = append(queue, w)
+		}
+		for _, w := range queue {
+			if !w.inQueue {
+				continue
+			}
+			// Waiters ahead of w were answered already, so an earlier live
+			// acquire of its connection is one whose Grant is in flight:
+			// w's answer must not overtake that one's, which comes when
+			// the Grant applies or is dropped (then finish sends w's).
+			earlier := s.hasEarlierLive(w)
+			switch {
+			case w.state == waitQueued && earlier:
+				w.state, w.deferred = waitDeferred, deferredAnswer{err: errNotServing}
+				ks.deferred++
+				s.waits.clear(w)
+			case w.state == waitQueued:
 				s.answerNotServing(w.cs, codec.OpAcquire, bytesOf(ks.key))
 				s.finish(w)
-			case waitDeferred:
+			case w.state == waitDeferred && !earlier:
 				s.sendDeferred(w)
 				ks.unlink(w)
 				w.state = waitDone
 				w.cs.removeWaiter(w)
 			}
-			w = next
 		}
 		s.forgetIfIdle(ks)
 	}
@@ -856,6 +921,7 @@ func (s *shard) reset(each func(func(sm.Lock))) {
 		ks.token, ks.leaseMs, ks.deadline, ks.expiring = 0, 0, 0, false
 		s.leases.clear(ks)
 	}
+	clear(s.owners)
 	held := 0
 	each(func(l sm.Lock) {
 		ks := s.keys[string(l.Key)]
@@ -863,6 +929,7 @@ func (s *shard) reset(each func(func(sm.Lock))) {
 			ks = s.addKey(string(l.Key))
 		}
 		ks.token, ks.leaseMs = l.Token, l.LeaseMs
+		s.setOwner(ks, l.Owner)
 		s.setDeadline(ks, now)
 		held++
 	})

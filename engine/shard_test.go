@@ -348,3 +348,32 @@ func TestResetKeepsInFlightStateConsistent(t *testing.T) {
 		}
 	}
 }
+
+// When leadership moves away, a waiter whose connection has an earlier
+// acquire of the same key still being granted is answered after that one,
+// not before: the client pairs answers to one (op, key) in order, and an
+// early MOVED would hand the earlier acquire's grant to the later request.
+// Every waiter is answered, also those behind answers deferred on the way.
+func TestStopServingKeepsAnswerOrder(t *testing.T) {
+	s := testShard(t)
+	cs, other := newConn(), newConn()
+	request(t, s, cs, "A k 10000 0")    // granting
+	request(t, s, cs, "A k 10000 0")    // queued behind it
+	request(t, s, cs, "A k 10000 -1")   // decided TIMEOUT, deferred
+	request(t, s, other, "A k 10000 0") // another connection: answered at once
+	request(t, s, other, "A k 10000 0")
+	p, cmds := take(t, s)
+
+	s.leaderUpdated(2)
+	if got := answers(cs); got != nil {
+		t.Fatalf("answered %q while the first acquire's Grant is in flight", got)
+	}
+	if got := answers(other); len(got) != 2 {
+		t.Fatalf("other connection: %q, want both acquires answered", got)
+	}
+	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
+	got := answers(cs)
+	if len(got) != 3 || got[0] != "A k OK 1025" || !strings.HasPrefix(got[1], "A k ERR unavailable") || got[2] != "A k TIMEOUT" {
+		t.Fatalf("answers %q, want the grant, then ERR unavailable, then TIMEOUT", got)
+	}
+}

@@ -21,34 +21,65 @@
 // issue the same token, and no token is 0 (which Release uses for "any
 // holder"). seq would need 2^54 grants in one shard to overflow.
 //
+// # Owners
+//
+// A Grant may name its owner (protocol version 1.1): the owner is stored
+// with the grant and leaves the table with it (Release, Expire). A Grant of
+// a key held by a grant with the same owner is that grant's retry, whose
+// answer the client lost: it is answered Regranted with the holder's token
+// and changes nothing (no token is issued, the lease is not touched), so
+// that the retry gets its own grant back instead of waiting behind it. A
+// Grant without an owner, or with another one, finds the key held as
+// before (GrantRejected).
+//
 // # Encoding of an entry
 //
 // One Raft entry carries one Batch, little endian:
 //
 //	header (21 bytes, fixed so that Seal can patch it in place):
-//	  version  u8   (1)
+//	  version  u8   (1, or 2 if a command is an owned Grant)
 //	  proposer u64
 //	  seq      u64
 //	  count    u32  number of commands that follow
 //	count times:
-//	  op       u8   (OpGrant..OpExpire)
+//	  op       u8   wire op: OpGrant..OpExpire, or 5 (owned Grant,
+//	                version 2 only)
 //	  keylen   uvarint, 1..MaxKeyLen
 //	  key      keylen bytes
-//	  Grant:   lease_ms uvarint
+//	  Grant:   lease_ms uvarint (a Grant without an owner)
+//	  5:       lease_ms uvarint, then
+//	           ownerlen uvarint, 1..MaxOwnerLen
+//	           owner    ownerlen bytes
 //	  Release: token uvarint (0 = whoever holds the key)
 //	  Extend:  token uvarint, lease_ms uvarint
 //	  Expire:  token uvarint
 //
-// Varints must be minimal and lease_ms must fit in 32 bits; nothing may
-// follow the last command. An entry with zero commands is valid: the engine
-// uses it as a barrier.
+// Version 1 is the encoding from before owners, and version 2 is version 1
+// plus wire op 5, a Grant with an owner; it decodes to an OpGrant Command
+// with Owner set. Seal writes version 2 if and only if the batch has a
+// Grant with an owner, and DecodeBatch rejects a version 2 entry without
+// one, as it rejects op 5 in version 1: so each batch has exactly one
+// encoding, and the entries of a cluster in which no client names an
+// owner are version 1, which a replica not yet upgraded applies as it
+// always did (see Seal for what an owned Grant does to one). DecodeBatch
+// reads both, because a replica applies again, after a restart, the entries
+// its log kept from before the upgrade, and a leader not yet upgraded still
+// writes version 1. Varints must be minimal and lease_ms must fit in 32
+// bits; nothing may follow the last command. An entry with zero commands
+// is valid (version 1): the engine uses it as a barrier.
 //
 // # Pebble layout
 //
 // All shards of a node share one pebble DB (see OpenDB):
 //
-//	't' shard(u32 BE) key  ->  token u64 LE, lease_ms u32 LE   the lock table
-//	'm' shard(u32 BE)      ->  applied u64 LE, seq u64 LE      the shard's meta
+//	't' shard(u32 BE) key  ->  token u64 LE, lease_ms u32 LE, owner   the lock table
+//	'm' shard(u32 BE)      ->  applied u64 LE, seq u64 LE             the shard's meta
+//
+// A row's owner is the rest of its value, 0..MaxOwnerLen bytes (none: the
+// value is 12 bytes). That is also the row of a table written before owners
+// existed, so such a data dir opens as it is, every lock without an owner;
+// a binary from before owners refuses a row with one (a corrupt row) rather
+// than drop its owner.
 //
 // The big-endian shard id keeps each shard's table one contiguous key range,
 // so a shard can be scanned or dropped (DeleteRange) on its own.
@@ -72,12 +103,21 @@
 //
 // # Snapshot stream
 //
-//	header:  magic "btsn", version u8 (1), shard u32 LE, applied u64 LE,
-//	         seq u64 LE
+//	header:  magic "btsn", version u8 (1, or 2 if a lock has an owner),
+//	         shard u32 LE, applied u64 LE, seq u64 LE
 //	records: keylen uvarint (1..MaxKeyLen), key, token uvarint,
-//	         lease_ms uvarint; in key order
+//	         lease_ms uvarint, then in version 2 only: ownerlen uvarint
+//	         (0..MaxOwnerLen, 0: no owner), owner; in key order
 //	trailer: 0x00 (a keylen no record has), record count u64 LE,
 //	         CRC-32C u32 LE of every byte before it
+//
+// Version 1 is the stream from before owners. Like Seal, SaveSnapshot
+// writes version 2 only if a lock has an owner, and RecoverFromSnapshot
+// rejects a version 2 stream in which none has: one encoding per table,
+// and a node not yet upgraded (which rejects version 2) can recover from
+// an upgraded node's snapshot as long as no client names an owner. A
+// version 1 stream (from a node not yet upgraded, or one dragonboat kept
+// on disk) is read as locks without owners.
 //
 // RecoverFromSnapshot reads and checks the whole stream before it touches
 // pebble, so a truncated or corrupt stream is an error that leaves the
@@ -86,7 +126,9 @@
 // # Memory and concurrency
 //
 // Each shard's state machine keeps its whole table in memory (key -> token,
-// lease), so Update never reads pebble. dragonboat may call Lookup while
+// lease, owner), so Update never reads pebble. Owners are kept aside from
+// the rows, for the rows that have one, so that a lock without an owner
+// costs what it did before owners existed. dragonboat may call Lookup while
 // Update or RecoverFromSnapshot runs; Lookup reads the in-memory table under
 // a read lock, which Update holds for writing only while it applies
 // commands (not while a checkpoint commits) and RecoverFromSnapshot only to swap
@@ -103,24 +145,33 @@ const (
 // MaxKeyLen is the longest key a command may carry (the protocol's limit).
 const MaxKeyLen = 250
 
+// MaxOwnerLen is the longest owner a Grant may carry (the protocol's limit).
+const MaxOwnerLen = 64
+
 // Op is a replicated command's kind.
 type Op uint8
 
 // Commands.
 const (
-	OpGrant   Op = 1 // Grant{Key, LeaseMs}: take a free key, assign a new token
+	OpGrant   Op = 1 // Grant{Key, LeaseMs, Owner}: take a free key, assign a new token
 	OpRelease Op = 2 // Release{Key, Token}: Token 0 releases whoever holds Key
 	OpExtend  Op = 3 // Extend{Key, Token, LeaseMs}
 	OpExpire  Op = 4 // Expire{Key, Token}: the leader saw the lease run out
 )
 
-// Command is one replicated command. Key aliases the encoded entry when
-// decoded; Batch.Append copies it.
+// Command is one replicated command. Key and Owner alias the encoded entry
+// when decoded; Batch.Append copies them.
 type Command struct {
 	Op      Op
 	Key     []byte
 	Token   uint64
 	LeaseMs uint32
+	// Owner names the Grant's owner, 0..MaxOwnerLen bytes (empty: none); a
+	// retry of the Grant with the same owner is Regranted. Other ops do not
+	// carry it: Batch.Append ignores it and DecodeBatch leaves it nil, as
+	// they do a Grant's Token. A decoded Grant without an owner has a nil
+	// Owner.
+	Owner []byte
 }
 
 // Code is the outcome of one command.
@@ -129,18 +180,19 @@ type Code uint8
 // Outcomes.
 const (
 	Granted       Code = 1 // Grant took the key; Result.Token is the new token
-	GrantRejected Code = 2 // Grant found the key held; nothing changed
+	GrantRejected Code = 2 // Grant found the key held, and not by the Grant's owner; nothing changed
 	Released      Code = 3 // Release freed the key
 	NotHeld       Code = 4 // Release/Extend found no matching holder; nothing changed
 	Extended      Code = 5 // Extend set the lease
 	Expired       Code = 6 // Expire freed the key (token matched)
 	Noop          Code = 7 // Expire found no matching holder, or an unknown op
+	Regranted     Code = 8 // Grant found the key held by its owner (a retry); Result.Token is the holder's; nothing changed
 )
 
 // Result is the outcome of one command, in the order of the batch.
 type Result struct {
 	Code  Code
-	Token uint64 // Granted: the new token; Released/Expired: the freed token; Extended: the holder's token
+	Token uint64 // Granted: the new token; Regranted, Extended: the holder's token; Released/Expired: the freed token
 }
 
 // Header identifies a batch's proposer, so that the proposing node can pair
@@ -156,6 +208,7 @@ type Lock struct {
 	Key     []byte
 	Token   uint64
 	LeaseMs uint32
+	Owner   []byte // the grant's owner; nil if it has none
 }
 
 // Observer learns, on every replica and in log order, what the table did.
@@ -173,7 +226,7 @@ type Observer interface {
 	// (results[i] belongs to cmds[i]). It is called after the entry's
 	// changes are in the table (committed to pebble), once per decodable
 	// entry, including entries with zero commands; undecodable entries are
-	// not reported. Command.Key aliases the Raft entry.
+	// not reported. Command.Key and Command.Owner alias the Raft entry.
 	Applied(shardID uint64, index uint64, h Header, cmds []Command, results []Result)
 }
 
@@ -186,4 +239,7 @@ type LookupResult struct {
 	Held    bool
 	Token   uint64
 	LeaseMs uint32
+	// Owner is the grant's owner ("" if none). A string, so that the result
+	// stays comparable; it is the table's own (immutable) copy.
+	Owner string
 }

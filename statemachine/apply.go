@@ -2,10 +2,15 @@ package statemachine
 
 import "unsafe"
 
-// row is one held lock's value: what pebble stores under the key.
+// row is one held lock's value: what pebble stores under the key, but for
+// the owner, which the table keeps aside (see table.owners).
 type row struct {
 	token   uint64
 	leaseMs uint32
+	// owned says that table.owners has this row's owner, so that a row
+	// without one is never looked up there. It takes bytes that were
+	// padding: a row is 16 bytes, as before owners existed.
+	owned bool
 }
 
 // table is one shard's lock table and token counter, in memory. Update
@@ -23,6 +28,13 @@ type table struct {
 	slot  map[string]uint32
 	rows  []row
 	free  []uint32 // slots of rows released, reused before rows grows
+
+	// owners holds the owner of every row that has one, by slot. Not a
+	// field of row, so that a lock without an owner costs what it did
+	// before owners existed (a string in row would add 16 bytes to every
+	// row); not a slice beside rows either, which would cost those 16
+	// bytes per row as soon as one lock has an owner. nil until then.
+	owners map[uint32]string
 
 	// changed maps every key whose row differs from the last checkpoint
 	// to whether the checkpoint has a row for it. A key's first change
@@ -51,11 +63,16 @@ func (t *table) apply(c *Command) Result {
 	case OpGrant:
 		held = t.plantedGrant(c.Key, held, i) // the chaos run's planted bugs; a no-op without -tags chaosmutation
 		if held {
+			// The holder's own retry gets its grant back; a Grant without
+			// an owner never matches (ownerOf is "" for a row without one).
+			if len(c.Owner) > 0 && t.ownerOf(i) == string(c.Owner) {
+				return Result{Code: Regranted, Token: t.rows[i].token}
+			}
 			return Result{Code: GrantRejected}
 		}
 		t.seq++
 		r := row{token: t.seq<<ShardBits | t.shard, leaseMs: c.LeaseMs}
-		k := t.insert(c.Key, r)
+		k := t.insert(c.Key, r, c.Owner)
 		if _, ok := t.changed[k]; !ok {
 			t.changed[k] = false
 		}
@@ -92,25 +109,33 @@ func (t *table) change(key []byte) {
 	}
 }
 
-// insert adds a row and returns the key string the map keeps, so that
-// other indexes of the key can share it.
-func (t *table) insert(key []byte, r row) string {
+// insert adds a row, with owner if it is not empty, and returns the key
+// string the map keeps, so that other indexes of the key can share it.
+func (t *table) insert(key []byte, r row, owner []byte) string {
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i = t.free[n-1]
 		t.free = t.free[:n-1]
-		t.rows[i] = r
 	} else {
 		i = uint32(len(t.rows))
-		t.rows = append(t.rows, r)
+		t.rows = append(t.rows, row{})
 	}
+	r.owned = len(owner) > 0
+	if r.owned {
+		if t.owners == nil {
+			t.owners = make(map[uint32]string)
+		}
+		t.owners[i] = string(owner)
+	}
+	t.rows[i] = r
 	k := string(key)
 	t.slot[k] = i
 	return k
 }
 
-// remove frees a held key. A key granted since the checkpoint is back to
-// what the checkpoint says (free), so it is no longer changed at all.
+// remove frees a held key, and its owner with it. A key granted since the
+// checkpoint is back to what the checkpoint says (free), so it is no longer
+// changed at all.
 func (t *table) remove(key []byte, i uint32) {
 	switch stored, ok := t.changed[string(key)]; {
 	case !ok:
@@ -119,26 +144,46 @@ func (t *table) remove(key []byte, i uint32) {
 		delete(t.changed, string(key))
 	}
 	delete(t.slot, string(key))
+	if t.rows[i].owned {
+		delete(t.owners, i)
+	}
 	t.rows[i] = row{}
 	t.free = append(t.free, i)
 }
 
-func (t *table) get(key []byte) (row, bool) {
+// ownerOf is the owner of the row in slot i, "" if it has none.
+func (t *table) ownerOf(i uint32) string {
+	if !t.rows[i].owned {
+		return ""
+	}
+	return t.owners[i]
+}
+
+// get returns key's row and owner, if key is held.
+func (t *table) get(key []byte) (row, string, bool) {
 	i, ok := t.slot[string(key)]
 	if !ok {
-		return row{}, false
+		return row{}, "", false
 	}
-	return t.rows[i], true
+	return t.rows[i], t.ownerOf(i), true
 }
 
 func (t *table) len() int { return len(t.slot) }
 
-// each is the iterator Observer.Reset receives. Keys alias the map's strings
-// (read-only) so that handing a million locks to the observer does not
-// allocate a million slices.
+// each is the iterator Observer.Reset receives. Keys and owners alias the
+// maps' strings (read-only) so that handing a million locks to the observer
+// does not allocate a million slices.
 func (t *table) each(fn func(Lock)) {
 	for k, i := range t.slot {
 		r := t.rows[i]
-		fn(Lock{Key: unsafe.Slice(unsafe.StringData(k), len(k)), Token: r.token, LeaseMs: r.leaseMs})
+		fn(Lock{Key: aliasBytes(k), Token: r.token, LeaseMs: r.leaseMs, Owner: aliasBytes(t.ownerOf(i))})
 	}
+}
+
+// aliasBytes is s as a read-only byte slice, nil for "", without a copy.
+func aliasBytes(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return unsafe.Slice(unsafe.StringData(s), len(s))
 }

@@ -1,8 +1,11 @@
 package statemachine
 
 import (
+	"fmt"
 	"maps"
+	"strings"
 	"testing"
+	"unsafe"
 )
 
 func TestApplyRules(t *testing.T) {
@@ -86,8 +89,135 @@ func TestApplyRules(t *testing.T) {
 			if len(tb.rows)-len(tb.free) != len(tb.slot) {
 				t.Errorf("slab has %d rows, %d free, map %d", len(tb.rows), len(tb.free), len(tb.slot))
 			}
+			if tb.owners != nil {
+				t.Errorf("grants without owner made an owner index: %v", tb.owners)
+			}
 		})
 	}
+}
+
+func TestApplyOwners(t *testing.T) {
+	const shard = 3
+	tok := func(seq uint64) uint64 { return seq<<ShardBits | shard }
+	type step struct {
+		cmd   Command
+		want  Result
+		after map[string]lockState // the whole table after the step
+	}
+	long := strings.Repeat("o", MaxOwnerLen)
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"retry by the owner is regranted", []step{
+			{grantBy("a", 100, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			// The lease stays 100 and no token is issued (the next grant is seq 2).
+			{grantBy("a", 999, "o1"), Result{Regranted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("a", 100, "o1"), Result{Regranted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("b", 5, "o1"), Result{Granted, tok(2)}, map[string]lockState{"a": {tok(1), 100, "o1"}, "b": {tok(2), 5, "o1"}}},
+		}},
+		{"another owner or none is rejected", []step{
+			{grantBy("a", 100, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("a", 100, "o2"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("a", 100, "o"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("a", 100, "o1x"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grant("a", 100), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+		}},
+		{"a holder without owner matches no owner", []step{
+			{grant("a", 100), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, ""}}},
+			{grantBy("a", 100, "o1"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, ""}}},
+			{grant("a", 100), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, ""}}},
+		}},
+		{"release clears the owner", []step{
+			{grantBy("a", 100, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{release("a", 0), Result{Released, tok(1)}, map[string]lockState{}},
+			{grantBy("a", 200, "o2"), Result{Granted, tok(2)}, map[string]lockState{"a": {tok(2), 200, "o2"}}},
+			{grantBy("a", 200, "o1"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(2), 200, "o2"}}},
+			{release("a", tok(2)), Result{Released, tok(2)}, map[string]lockState{}},
+			// The same owner again, after its grant ended: a new grant.
+			{grantBy("a", 300, "o2"), Result{Granted, tok(3)}, map[string]lockState{"a": {tok(3), 300, "o2"}}},
+		}},
+		{"expire clears the owner", []step{
+			{grantBy("a", 100, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{expire("a", tok(2)), Result{Noop, 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{expire("a", tok(1)), Result{Expired, tok(1)}, map[string]lockState{}},
+			{grant("a", 7), Result{Granted, tok(2)}, map[string]lockState{"a": {tok(2), 7, ""}}},
+			{grantBy("a", 7, "o1"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(2), 7, ""}}},
+		}},
+		{"extend keeps the owner", []step{
+			{grantBy("a", 100, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{extend("a", tok(1), 500), Result{Extended, tok(1)}, map[string]lockState{"a": {tok(1), 500, "o1"}}},
+			{grantBy("a", 5, "o1"), Result{Regranted, tok(1)}, map[string]lockState{"a": {tok(1), 500, "o1"}}},
+		}},
+		{"owners of reused slots", []step{
+			{grantBy("a", 1, "oa"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 1, "oa"}}},
+			{release("a", 0), Result{Released, tok(1)}, map[string]lockState{}},
+			// b takes a's slot: a's owner must not come with it.
+			{grant("b", 2), Result{Granted, tok(2)}, map[string]lockState{"b": {tok(2), 2, ""}}},
+			{grantBy("b", 2, "oa"), Result{GrantRejected, 0}, map[string]lockState{"b": {tok(2), 2, ""}}},
+			{grantBy("c", 3, long), Result{Granted, tok(3)}, map[string]lockState{"b": {tok(2), 2, ""}, "c": {tok(3), 3, long}}},
+			{grantBy("c", 3, long), Result{Regranted, tok(3)}, map[string]lockState{"b": {tok(2), 2, ""}, "c": {tok(3), 3, long}}},
+		}},
+		{"owner on other ops is ignored", []step{
+			{grantBy("a", 1, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 1, "o1"}}},
+			{Command{Op: OpExtend, Key: []byte("a"), Token: tok(1), LeaseMs: 9, Owner: []byte("o2")}, Result{Extended, tok(1)}, map[string]lockState{"a": {tok(1), 9, "o1"}}},
+			{Command{Op: OpRelease, Key: []byte("a"), Owner: []byte("o2")}, Result{Released, tok(1)}, map[string]lockState{}},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := newTable(shard, 0, 0)
+			for i, st := range tc.steps {
+				seq := tb.seq
+				if got := tb.apply(&st.cmd); got != st.want {
+					t.Fatalf("step %d %+v: got %+v, want %+v", i, st.cmd, got, st.want)
+				}
+				if st.want.Code == Regranted && tb.seq != seq {
+					t.Fatalf("step %d: Regranted moved seq from %d to %d", i, seq, tb.seq)
+				}
+				checkOwners(t, tb)
+				if now := tableLocks(tb); !maps.Equal(now, st.after) {
+					t.Fatalf("step %d: table %v, want %v", i, now, st.after)
+				}
+			}
+		})
+	}
+}
+
+// TestLockWithoutOwnerCostsWhatItDid shows that owners cost nothing to a
+// lock that has none: the row is the size it was (token and lease), no
+// owner index exists, and a grant allocates only the key, as before.
+func TestLockWithoutOwnerCostsWhatItDid(t *testing.T) {
+	type rowBeforeOwners struct {
+		token   uint64
+		leaseMs uint32
+	}
+	if got, was := unsafe.Sizeof(row{}), unsafe.Sizeof(rowBeforeOwners{}); got != was {
+		t.Errorf("row is %d bytes, was %d", got, was)
+	}
+	tb := newTable(1, 0, 16)
+	for i := range 1000 {
+		c := grant(fmt.Sprint("k", i%50), 1)
+		tb.apply(&c)
+		if i%3 == 0 {
+			c = release(fmt.Sprint("k", i%50), 0)
+			tb.apply(&c)
+		}
+	}
+	if tb.owners != nil {
+		t.Errorf("locks without owner made an owner index of %d", len(tb.owners))
+	}
+	// TestApplyAllocations: an ownerless grant allocates once (its key).
+	// One with an owner allocates the owner's string too, and only that.
+	g, r := grantBy("some/key", 10, "owner-0123456789abcdef"), release("some/key", 0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		tb.apply(&g)
+		tb.apply(&r)
+	})
+	if allocs != 2 {
+		t.Errorf("grant+release with an owner allocates %v times, want 2", allocs)
+	}
+	checkOwners(t, tb)
 }
 
 func TestApplyAllocations(t *testing.T) {
@@ -110,11 +240,14 @@ func TestChangedSinceCheckpoint(t *testing.T) {
 	// What the checkpoint holds.
 	tb.seq = 3
 	for i, k := range []string{"kept", "extended", "released", "regranted"} {
-		tb.insert([]byte(k), row{token: uint64(i+1)<<ShardBits | 1, leaseMs: 10})
+		tb.insert([]byte(k), row{token: uint64(i+1)<<ShardBits | 1, leaseMs: 10}, nil)
 	}
-	tok := func(k string) uint64 { r, _ := tb.get([]byte(k)); return r.token }
+	tb.insert([]byte("owned"), row{token: 5<<ShardBits | 1, leaseMs: 10}, []byte("me"))
+	tb.seq = 5
+	tok := func(k string) uint64 { r, _, _ := tb.get([]byte(k)); return r.token }
 	for _, c := range []Command{
-		grant("kept", 5), // rejected: no change
+		grant("kept", 5),          // rejected: no change
+		grantBy("owned", 5, "me"), // regranted: no change
 		extend("extended", tok("extended"), 20),
 		release("released", 0),
 		release("regranted", 0),

@@ -2,6 +2,8 @@ package statemachine
 
 import (
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 
 	sm "github.com/lni/dragonboat/v4/statemachine"
@@ -40,4 +42,46 @@ func BenchmarkUpdate(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)*512/b.Elapsed().Seconds(), "cmds/s")
+}
+
+// BenchmarkHeldLockBytes reports the heap one held lock costs the table
+// (its map entry, key string, row and, if it has one, its owner), over
+// 100,000 locks with 20-byte keys. "no owner" is what every lock cost
+// before owners existed.
+func BenchmarkHeldLockBytes(b *testing.B) {
+	const n = 100000
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "bench/lock/%010d", i)
+	}
+	for _, tc := range []struct {
+		name  string
+		owner string
+	}{
+		{"no owner", ""},
+		{"owner 32 bytes", strings.Repeat("o", 32)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			var before, after runtime.MemStats
+			var perLock float64
+			for b.Loop() {
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				tb := newTable(1, 0, 0)
+				for _, k := range keys {
+					c := Command{Op: OpGrant, Key: k, LeaseMs: 1000, Owner: []byte(tc.owner)}
+					tb.apply(&c)
+				}
+				// What a checkpoint leaves: the table, not the changed set.
+				tb.changed = nil
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				if tb.len() != n {
+					b.Fatal("locks not granted")
+				}
+				perLock = float64(after.HeapAlloc-before.HeapAlloc) / n
+			}
+			b.ReportMetric(perLock, "B/lock")
+		})
+	}
 }

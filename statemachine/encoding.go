@@ -8,9 +8,18 @@ import (
 )
 
 const (
-	// encVersion is the entry format; a replica must reject formats it does
-	// not know rather than guess, and every replica rejects them alike.
-	encVersion = 1
+	// encVersion is the entry format of a batch with an owned Grant (wire
+	// op opGrantOwned), encVersionNoOwners that of every other batch: the
+	// format from before owners, so that a replica not yet upgraded reads
+	// whatever an upgraded leader writes until a client names an owner. A
+	// replica must reject formats it does not know rather than guess, and
+	// every replica rejects them alike.
+	encVersion         = 2
+	encVersionNoOwners = 1
+	// opGrantOwned is the wire op of a Grant with an owner (version 2
+	// only); it decodes to OpGrant with Owner set. A Grant without an owner
+	// is wire op OpGrant, encoded alike in both versions.
+	opGrantOwned = 5
 	// headerLen is fixed so that Seal can patch it after the commands.
 	headerLen = 1 + 8 + 8 + 4
 	// minCmdLen is the smallest encoded command (op, keylen, one key byte,
@@ -40,20 +49,26 @@ var (
 	errKeyLen   error = decodeError("key length out of range")
 	errVarint   error = decodeError("bad varint")
 	errLease    error = decodeError("lease_ms does not fit in 32 bits")
+	errOwnerLen error = decodeError("owner length out of range")
+	errOwnerV1  error = decodeError("owned grant in a version 1 entry")
+	errNoOwner  error = decodeError("version 2 entry without an owned grant")
 	errTrailing error = decodeError("bytes after the last command")
 )
 
 // Batch builds one Raft entry from many commands. The zero value is ready.
 // A Batch is not safe for concurrent use.
 type Batch struct {
-	buf []byte // header placeholder, then the encoded commands
-	n   uint32
+	buf   []byte // header placeholder, then the encoded commands
+	n     uint32
+	owned bool // a Grant with an owner was appended: Seal writes version 2
 }
 
-// Append adds c to the batch, copying its key. It panics if c.Op is not one
-// of the four ops or the key is not 1..MaxKeyLen bytes long: such a command
-// would make every replica reject the whole entry, so it is a bug in the
-// caller, which must validate keys before they get here.
+// Append adds c to the batch, copying its key and (for a Grant) its owner.
+// It panics if c.Op is not one of the four ops, the key is not
+// 1..MaxKeyLen bytes long or a Grant's owner is longer than MaxOwnerLen:
+// such a command would make every replica reject the whole entry, so it is
+// a bug in the caller, which must validate keys and owners before they get
+// here. The owner of any other op is ignored, as a Grant's token is.
 func (b *Batch) Append(c Command) {
 	if c.Op < OpGrant || c.Op > OpExpire {
 		panic("statemachine: Batch.Append: unknown op")
@@ -61,15 +76,28 @@ func (b *Batch) Append(c Command) {
 	if len(c.Key) == 0 || len(c.Key) > MaxKeyLen {
 		panic("statemachine: Batch.Append: key length out of range")
 	}
+	if c.Op == OpGrant && len(c.Owner) > MaxOwnerLen {
+		panic("statemachine: Batch.Append: owner length out of range")
+	}
 	if len(b.buf) < headerLen {
 		b.buf = append(b.buf[:0], make([]byte, headerLen)...)
 	}
-	buf := append(b.buf, byte(c.Op))
+	op := byte(c.Op)
+	owned := c.Op == OpGrant && len(c.Owner) > 0
+	if owned {
+		op = opGrantOwned
+		b.owned = true
+	}
+	buf := append(b.buf, op)
 	buf = binary.AppendUvarint(buf, uint64(len(c.Key)))
 	buf = append(buf, c.Key...)
 	switch c.Op {
 	case OpGrant:
 		buf = binary.AppendUvarint(buf, uint64(c.LeaseMs))
+		if owned {
+			buf = binary.AppendUvarint(buf, uint64(len(c.Owner)))
+			buf = append(buf, c.Owner...)
+		}
 	case OpRelease, OpExpire:
 		buf = binary.AppendUvarint(buf, c.Token)
 	case OpExtend:
@@ -87,13 +115,30 @@ func (b *Batch) Len() int { return int(b.n) }
 // engine can use it to cap an entry below dragonboat's MaxProposalPayloadSize.
 func (b *Batch) Size() int { return max(len(b.buf), headerLen) }
 
-// Seal writes h into the batch and returns the encoded entry. The bytes stay
-// valid until the next Reset.
+// Seal writes h into the batch and returns the encoded entry. The bytes
+// stay valid until the next Reset.
+//
+// The entry is in version 1 of the encoding, the one from before owners,
+// unless a Grant in the batch has an owner; then it is in version 2. The
+// commands are encoded the same in both (an owned Grant has a wire op of its
+// own, which only version 2 has), so Seal only picks the header's version
+// byte, from a flag Append keeps, and each batch still has exactly one
+// encoding.
+//
+// A replica from before owners rejects version 2 and, like every replica
+// with an entry it cannot decode, skips it. So while a replica still runs
+// the release before owners, no Grant with an owner may be proposed, or the
+// tables would part; every other batch is version 1, which such a replica
+// applies as it always did, so a rolling upgrade is safe as long as no
+// client names an owner before it is done.
 func (b *Batch) Seal(h Header) []byte {
 	if len(b.buf) < headerLen {
 		b.buf = append(b.buf[:0], make([]byte, headerLen)...)
 	}
-	b.buf[0] = encVersion
+	b.buf[0] = encVersionNoOwners
+	if b.owned {
+		b.buf[0] = encVersion
+	}
 	binary.LittleEndian.PutUint64(b.buf[1:], h.Proposer)
 	binary.LittleEndian.PutUint64(b.buf[9:], h.Seq)
 	binary.LittleEndian.PutUint32(b.buf[17:], b.n)
@@ -104,16 +149,20 @@ func (b *Batch) Seal(h Header) []byte {
 func (b *Batch) Reset() {
 	b.buf = b.buf[:0]
 	b.n = 0
+	b.owned = false
 }
 
-// DecodeBatch decodes an entry into its header and commands, appending the
-// commands to cmds (keys alias data). A malformed entry is an error.
+// DecodeBatch decodes an entry of either version (see the package doc) into
+// its header and commands, appending the commands to cmds (keys and owners
+// alias data). A malformed entry is an error.
 //
-// Every field is checked (version, ops, key lengths 1..MaxKeyLen, minimal
-// varints, lease_ms within 32 bits, the count, no trailing bytes), so that
-// a valid entry re-encodes to exactly the same bytes. On error cmds is
-// returned at its original length and the error matches ErrMalformed.
-// DecodeBatch never panics and allocates only to grow cmds.
+// Every field is checked (version, ops, key lengths 1..MaxKeyLen, owner
+// lengths 1..MaxOwnerLen, minimal varints, lease_ms within 32 bits, the
+// count, no trailing bytes, an owned Grant in a version 2 entry and none in
+// a version 1 entry), so that a valid entry re-encodes (Append, Seal) to
+// exactly the same bytes. On error cmds is returned at its
+// original length and the error matches ErrMalformed. DecodeBatch never
+// panics and allocates only to grow cmds.
 func DecodeBatch(data []byte, cmds []Command) (Header, []Command, error) {
 	base := len(cmds)
 	h, cmds, err := decode(data, cmds)
@@ -129,7 +178,8 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 	if len(data) < headerLen {
 		return fail(errShort)
 	}
-	if data[0] != encVersion {
+	version := data[0]
+	if version != encVersion && version != encVersionNoOwners {
 		return fail(errVersion)
 	}
 	h := Header{
@@ -142,12 +192,19 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 		return fail(errCount)
 	}
 	cmds = slices.Grow(cmds, int(n))
+	owned := false
 	for range n {
 		if len(p) == 0 {
 			return fail(errTrunc)
 		}
 		c := Command{Op: Op(p[0])}
-		if c.Op < OpGrant || c.Op > OpExpire {
+		withOwner := p[0] == opGrantOwned
+		if withOwner {
+			if version != encVersion {
+				return fail(errOwnerV1)
+			}
+			c.Op, owned = OpGrant, true
+		} else if c.Op < OpGrant || c.Op > OpExpire {
 			return fail(errOp)
 		}
 		p = p[1:]
@@ -181,10 +238,31 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 			}
 			c.LeaseMs, p = uint32(v), p[m:]
 		}
+		if withOwner {
+			ol, m := uvarint(p)
+			if m <= 0 {
+				return fail(errVarint)
+			}
+			p = p[m:]
+			// 0 is out of range too: a Grant without an owner is
+			// OpGrant on the wire.
+			if ol == 0 || ol > MaxOwnerLen {
+				return fail(errOwnerLen)
+			}
+			if ol > uint64(len(p)) {
+				return fail(errTrunc)
+			}
+			// Capped like the key. A Grant without an owner keeps a nil
+			// Owner, so that a decoded Grant is the Command appended.
+			c.Owner, p = p[:ol:ol], p[ol:]
+		}
 		cmds = append(cmds, c)
 	}
 	if len(p) != 0 {
 		return fail(errTrailing)
+	}
+	if version == encVersion && !owned {
+		return fail(errNoOwner)
 	}
 	return h, cmds, nil
 }

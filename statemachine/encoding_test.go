@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -16,8 +17,13 @@ func normalize(c Command) Command {
 	switch c.Op {
 	case OpGrant:
 		c.Token = 0
+		if len(c.Owner) == 0 {
+			c.Owner = nil
+		}
 	case OpRelease, OpExpire:
-		c.LeaseMs = 0
+		c.LeaseMs, c.Owner = 0, nil
+	case OpExtend:
+		c.Owner = nil
 	}
 	return c
 }
@@ -31,20 +37,27 @@ func TestBatchRoundTrip(t *testing.T) {
 	}{
 		{"barrier", Header{Proposer: 1, Seq: 2}, nil},
 		{"grant", Header{Proposer: math.MaxUint64, Seq: 1}, []Command{grant("a", 1000)}},
+		{"grant with owner", Header{}, []Command{grantBy("a", 1000, "client-7f3a")}},
+		{"grant with empty owner", Header{}, []Command{{Op: OpGrant, Key: []byte("a"), LeaseMs: 1, Owner: []byte{}}}},
+		{"owners and not", Header{}, []Command{
+			grantBy("a", 1, "o1"), grant("b", 2), grantBy("c", 3, "\x00\xff"), release("a", 0), grantBy("a", 4, "o1"),
+		}},
 		{"release any", Header{}, []Command{release("a", 0)}},
 		{"release token", Header{}, []Command{release("a", 1<<10|1)}},
 		{"extend", Header{}, []Command{extend("a", 5, 86400000)}},
 		{"expire", Header{}, []Command{expire("a", 9)}},
 		{"extremes", Header{Seq: math.MaxUint64}, []Command{
 			grant(long, math.MaxUint32),
+			grantBy(long, math.MaxUint32, strings.Repeat("o", MaxOwnerLen)),
 			extend(long, math.MaxUint64, math.MaxUint32),
 			expire("\xff", math.MaxUint64),
 			release("x", math.MaxUint64),
 		}},
 		{"unused fields are not encoded", Header{}, []Command{
 			{Op: OpGrant, Key: []byte("g"), Token: 99, LeaseMs: 3},
-			{Op: OpRelease, Key: []byte("r"), Token: 4, LeaseMs: 99},
-			{Op: OpExpire, Key: []byte("e"), Token: 5, LeaseMs: 99},
+			{Op: OpRelease, Key: []byte("r"), Token: 4, LeaseMs: 99, Owner: []byte("o")},
+			{Op: OpExtend, Key: []byte("x"), Token: 4, LeaseMs: 99, Owner: []byte("o")},
+			{Op: OpExpire, Key: []byte("e"), Token: 5, LeaseMs: 99, Owner: []byte("o")},
 		}},
 	}
 	for _, tc := range tests {
@@ -59,6 +72,11 @@ func TestBatchRoundTrip(t *testing.T) {
 			data := b.Seal(tc.h)
 			if b.Size() != len(data) {
 				t.Fatalf("Size = %d, Seal gave %d bytes", b.Size(), len(data))
+			}
+			if v := wantVersion(tc.cmds); data[0] != v {
+				t.Fatalf("Seal wrote version %d, want %d", data[0], v)
+			} else if oracle := encodeVersion(v, tc.h, tc.cmds...); !bytes.Equal(data, oracle) {
+				t.Fatalf("Seal wrote\n%x\nwant\n%x", data, oracle)
 			}
 			h, cmds, err := DecodeBatch(data, nil)
 			if err != nil {
@@ -82,19 +100,177 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 }
 
-func TestBatchLayout(t *testing.T) {
-	var b Batch
-	b.Append(extend("ab", 300, 5))
-	got := b.Seal(Header{Proposer: 0x0102, Seq: 3})
-	want := []byte{
-		1,                      // version
-		2, 1, 0, 0, 0, 0, 0, 0, // proposer
-		3, 0, 0, 0, 0, 0, 0, 0, // seq
-		1, 0, 0, 0, // count
-		3, 2, 'a', 'b', 0xac, 0x02, 5, // extend, keylen, key, token 300, lease 5
+// wantVersion is the version Seal must write for cmds: 2 if and only if a
+// Grant has an owner.
+func wantVersion(cmds []Command) byte {
+	for _, c := range cmds {
+		if c.Op == OpGrant && len(c.Owner) > 0 {
+			return encVersion
+		}
 	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("got  %x\nwant %x", got, want)
+	return encVersionNoOwners
+}
+
+func TestBatchLayout(t *testing.T) {
+	hdr := func(v byte, n byte) []byte {
+		return []byte{
+			v,                      // version
+			2, 1, 0, 0, 0, 0, 0, 0, // proposer
+			3, 0, 0, 0, 0, 0, 0, 0, // seq
+			n, 0, 0, 0, // count
+		}
+	}
+	tests := []struct {
+		name string
+		cmds []Command
+		want []byte
+	}{
+		{"without owners: version 1", []Command{extend("ab", 300, 5), grant("c", 200), grant("d", 1)}, bytes.Join([][]byte{
+			hdr(1, 3),
+			{3, 2, 'a', 'b', 0xac, 0x02, 5}, // extend, keylen, key, token 300, lease 5
+			{1, 1, 'c', 0xc8, 0x01},         // grant, keylen, key, lease 200
+			{1, 1, 'd', 1},                  // grant, keylen, key, lease 1
+		}, nil)},
+		{"with an owner: version 2", []Command{extend("ab", 300, 5), grantBy("c", 200, "me"), grant("d", 1)}, bytes.Join([][]byte{
+			hdr(2, 3),
+			{3, 2, 'a', 'b', 0xac, 0x02, 5},      // extend, keylen, key, token 300, lease 5
+			{5, 1, 'c', 0xc8, 0x01, 2, 'm', 'e'}, // owned grant, keylen, key, lease 200, ownerlen, owner
+			{1, 1, 'd', 1},                       // grant, keylen, key, lease 1: as in version 1
+		}, nil)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var b Batch
+			for _, c := range tc.cmds {
+				b.Append(c)
+			}
+			if got := b.Seal(Header{Proposer: 0x0102, Seq: 3}); !bytes.Equal(got, tc.want) {
+				t.Fatalf("got  %x\nwant %x", got, tc.want)
+			}
+		})
+	}
+}
+
+// v1FixtureHeader and v1FixtureCmds are what testdata/v1-batch.bin holds,
+// written by the code before owners.
+var (
+	v1FixtureHeader = Header{Proposer: 0x0102030405060708, Seq: 42}
+	v1FixtureCmds   = []Command{
+		grant("orders/42", 10000),
+		release("orders/42", 0),
+		release("orders/43", 17<<ShardBits|1),
+		extend("orders/44", 18<<ShardBits|1, 86400000),
+		expire("orders/45", 19<<ShardBits|1),
+		grant("z", 0),
+	}
+)
+
+// TestSealVersion checks that a batch without an owned Grant is sealed in
+// version 1, byte for byte what the code before owners wrote (the fixture,
+// or encodeV1), so that a replica not yet upgraded applies it, and that a
+// batch with one is version 2.
+func TestSealVersion(t *testing.T) {
+	fixture, err := os.ReadFile("testdata/v1-batch.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("o", MaxOwnerLen)
+	tests := []struct {
+		name    string
+		h       Header
+		cmds    []Command
+		version byte
+		want    []byte // nil: the oracle (encodeV1 or encodeV2) of h, cmds
+	}{
+		{"the fixture's batch", v1FixtureHeader, v1FixtureCmds, 1, fixture},
+		{"barrier", Header{Seq: 1}, nil, 1, nil},
+		{"grants without owners", Header{Seq: 2}, []Command{grant("a", 1), grant("b", math.MaxUint32)}, 1, nil},
+		{"empty owner is no owner", Header{}, []Command{{Op: OpGrant, Key: []byte("a"), LeaseMs: 1, Owner: []byte{}}}, 1, nil},
+		{"owners of other ops are ignored", Header{}, []Command{
+			{Op: OpRelease, Key: []byte("r"), Owner: []byte("o")},
+			{Op: OpExtend, Key: []byte("x"), Token: 4, LeaseMs: 9, Owner: []byte("o")},
+			{Op: OpExpire, Key: []byte("e"), Token: 5, Owner: []byte("o")},
+		}, 1, nil},
+		{"one owned grant", Header{Seq: 3}, []Command{grantBy("a", 1, "o")}, 2, nil},
+		{"owned grant last", Header{}, []Command{grant("a", 1), release("a", 0), grantBy("b", 2, long)}, 2, nil},
+		{"owned grant first", Header{}, []Command{grantBy("a", 1, "me"), grant("b", 2), extend("a", 7, 3)}, 2, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.want
+			if want == nil {
+				want = encodeVersion(tc.version, tc.h, tc.cmds...)
+			}
+			got := encode(tc.h, tc.cmds...)
+			if got[0] != tc.version || !bytes.Equal(got, want) {
+				t.Fatalf("sealed\n%x\nwant version %d\n%x", got, tc.version, want)
+			}
+			if tc.version == encVersionNoOwners && !bytes.Equal(got, encodeV1(tc.h, tc.cmds...)) {
+				t.Fatal("version 1 is not the encoding from before owners")
+			}
+			h, cmds, err := DecodeBatch(got, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range cmds {
+				if w := normalize(tc.cmds[i]); !reflect.DeepEqual(cmds[i], w) {
+					t.Errorf("cmd %d = %+v, want %+v", i, cmds[i], w)
+				}
+			}
+			if again := encode(h, cmds...); !bytes.Equal(again, got) {
+				t.Errorf("re-encoding differs:\n%x\n%x", again, got)
+			}
+		})
+	}
+
+	// The version is the batch's, not its buffer's: Reset forgets owners.
+	var b Batch
+	b.Append(grantBy("a", 1, "o"))
+	if v := b.Seal(Header{})[0]; v != encVersion {
+		t.Fatalf("owned batch sealed as version %d", v)
+	}
+	b.Reset()
+	b.Append(grant("a", 1))
+	if got := b.Seal(Header{}); !bytes.Equal(got, encodeV1(Header{}, grant("a", 1))) {
+		t.Fatalf("after Reset, an ownerless batch sealed as %x", got)
+	}
+}
+
+// TestDecodeBatchVersion1 reads entries as the code before owners wrote
+// them (testdata/v1-batch.bin is one, written by that code; encodeV1 is an
+// independent writer of the format): their Grants have no owner, and
+// re-encoding gives the very same bytes.
+func TestDecodeBatchVersion1(t *testing.T) {
+	fixture, err := os.ReadFile("testdata/v1-batch.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		data []byte
+		h    Header
+		cmds []Command
+	}{
+		{"written before owners", fixture, v1FixtureHeader, v1FixtureCmds},
+		{"barrier", encodeV1(Header{Seq: 1}), Header{Seq: 1}, nil},
+		{"owners dropped", encodeV1(Header{}, grantBy("a", 5, "o1")), Header{}, []Command{grant("a", 5)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if again := encodeV1(tc.h, tc.cmds...); !bytes.Equal(again, tc.data) {
+				t.Fatalf("encodeV1 differs from the input:\n%x\n%x", again, tc.data)
+			}
+			h, cmds, err := DecodeBatch(tc.data, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h != tc.h || !reflect.DeepEqual(cmds, tc.cmds) {
+				t.Fatalf("decoded %+v %+v, want %+v %+v", h, cmds, tc.h, tc.cmds)
+			}
+			if again := encode(h, cmds...); !bytes.Equal(again, tc.data) {
+				t.Fatalf("re-encoding differs:\n%x\n%x", again, tc.data)
+			}
+		})
 	}
 }
 
@@ -120,10 +296,12 @@ func TestBatchReuse(t *testing.T) {
 	if err != nil || len(cmds) != 1 || string(cmds[0].Key) != "other" {
 		t.Fatalf("after Reset: %v %+v", err, cmds)
 	}
+	owned := grantBy("key", 1, strings.Repeat("o", MaxOwnerLen))
 	allocs := testing.AllocsPerRun(100, func() {
 		b.Reset()
 		for i := 0; i < 100; i++ {
 			b.Append(grant("key", 1))
+			b.Append(owned)
 		}
 		b.Seal(Header{})
 	})
@@ -138,6 +316,7 @@ func TestAppendPanicsOnInvalidCommand(t *testing.T) {
 		{Op: 5, Key: []byte("k")},
 		{Op: OpGrant},
 		{Op: OpGrant, Key: make([]byte, MaxKeyLen+1)},
+		{Op: OpGrant, Key: []byte("k"), Owner: make([]byte, MaxOwnerLen+1)},
 	} {
 		func() {
 			defer func() {
@@ -152,46 +331,77 @@ func TestAppendPanicsOnInvalidCommand(t *testing.T) {
 }
 
 func TestDecodeBatchErrors(t *testing.T) {
-	hdr := func(n uint32) []byte {
+	hdrV := func(v byte, n uint32) []byte {
 		h := make([]byte, headerLen)
-		h[0] = encVersion
+		h[0] = v
 		binary.LittleEndian.PutUint32(h[17:], n)
 		return h
 	}
+	hdr1 := func(n uint32) []byte { return hdrV(encVersionNoOwners, n) }
+	hdr2 := func(n uint32) []byte { return hdrV(encVersion, n) }
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	valid := encode(Header{}, grant("k", 1))
+	ownerless := encode(Header{Seq: 5}, grant("a", 1), release("a", 0), extend("b", 1025, 5), expire("c", 2049))
+	owned := encode(Header{Seq: 6}, grant("a", 1), grantBy("b", 2, "o"))
+	ownedGrant := []byte{5, 1, 'o', 1, 1, 'o'} // op 5, key "o", lease 1, owner "o"
 	tests := []struct {
 		name string
 		data []byte
+		want error
 	}{
-		{"empty", nil},
-		{"short header", valid[:headerLen-1]},
-		{"version 0", cat([]byte{0}, valid[1:])},
-		{"version 2", cat([]byte{2}, valid[1:])},
-		{"count larger than data", cat(hdr(2), valid[headerLen:])},
-		{"huge count", cat(hdr(math.MaxUint32), bytes.Repeat([]byte{1}, 64))},
-		{"count smaller than data", cat(hdr(0), valid[headerLen:])},
-		{"trailing byte", cat(valid, []byte{0})},
-		{"op 0", cat(hdr(1), []byte{0, 1, 'k', 1})},
-		{"op 5", cat(hdr(1), []byte{5, 1, 'k', 1})},
-		{"key length 0", cat(hdr(1), []byte{1, 0, 1, 1})},
-		{"key length 251", cat(hdr(1), []byte{1, 0xfb, 0x01}, bytes.Repeat([]byte{'k'}, 251), []byte{1})},
-		{"key past end", cat(hdr(1), []byte{1, 9, 'k', 1})},
-		{"missing lease", cat(hdr(1), []byte{1, 2, 'k', 'k'})},
-		{"unterminated varint", cat(hdr(1), []byte{2, 1, 'k', 0x80})},
-		{"non-minimal varint", cat(hdr(1), []byte{2, 1, 'k', 0x81, 0x00})},
-		{"non-minimal key length", cat(hdr(1), []byte{2, 0x81, 0x00, 'k', 1})},
-		{"varint overflow", cat(hdr(1), []byte{4, 1, 'k'}, bytes.Repeat([]byte{0xff}, 10), []byte{1})},
-		{"lease over 32 bits", cat(hdr(1), []byte{1, 1, 'k', 0x80, 0x80, 0x80, 0x80, 0x10})},
-		{"extend missing lease", cat(hdr(1), []byte{3, 1, 'k', 5})},
-		{"second command truncated", cat(hdr(2), valid[headerLen:], []byte{2, 1, 'k'})},
+		{"empty", nil, errShort},
+		{"short header", valid[:headerLen-1], errShort},
+		{"version 0", cat([]byte{0}, valid[1:]), errVersion},
+		{"version 3", cat([]byte{3}, valid[1:]), errVersion},
+
+		// One encoding per batch: version 2 if and only if a Grant has
+		// an owner, and an owner only in an owned Grant (op 5).
+		{"version 2 without an owner", cat([]byte{encVersion}, ownerless[1:]), errNoOwner},
+		{"version 2 barrier", hdr2(0), errNoOwner},
+		{"version 2 grant without an owner", cat(hdr2(1), []byte{1, 1, 'k', 1}), errNoOwner},
+		{"version 2 grant with an empty owner field", cat(hdr2(1), []byte{1, 1, 'k', 1, 0}), errTrailing},
+		{"version 1 with an owned grant", cat([]byte{encVersionNoOwners}, owned[1:]), errOwnerV1},
+		{"version 1 with op 5 only", cat(hdr1(1), ownedGrant), errOwnerV1},
+		{"version 1 with an owner length", cat(hdr1(1), []byte{1, 1, 'k', 1, 0}), errTrailing},
+		{"version 1 with an owner", cat(hdr1(1), []byte{1, 1, 'k', 1, 1, 'o'}), errTrailing},
+		{"owned grant with owner length 0", cat(hdr2(1), []byte{5, 1, 'k', 1, 0}), errOwnerLen},
+		{"owned grant with owner length 0 beside an owner", cat(hdr2(2), ownedGrant, []byte{5, 1, 'k', 1, 0}), errOwnerLen},
+
+		{"count larger than data", cat(hdr1(2), valid[headerLen:]), errCount},
+		{"huge count", cat(hdr1(math.MaxUint32), bytes.Repeat([]byte{1}, 64)), errCount},
+		{"count smaller than data", cat(hdr1(0), valid[headerLen:]), errTrailing},
+		{"trailing byte", cat(valid, []byte{0}), errTrailing},
+		{"trailing byte after an owner", cat(owned, []byte{0}), errTrailing},
+		{"op 0", cat(hdr1(1), []byte{0, 1, 'k', 1}), errOp},
+		{"op 6", cat(hdr2(2), ownedGrant, []byte{6, 1, 'k', 1}), errOp},
+		{"key length 0", cat(hdr1(1), []byte{1, 0, 1, 1}), errKeyLen},
+		{"owned grant key length 0", cat(hdr2(1), []byte{5, 0, 1, 1, 'o'}), errKeyLen},
+		{"key length 251", cat(hdr1(1), []byte{1, 0xfb, 0x01}, bytes.Repeat([]byte{'k'}, 251), []byte{1}), errKeyLen},
+		{"key past end", cat(hdr1(1), []byte{1, 9, 'k', 1}), errTrunc},
+		{"missing lease", cat(hdr1(1), []byte{1, 2, 'k', 'k'}), errVarint},
+		{"owned grant missing lease", cat(hdr2(1), []byte{5, 2, 'k', 'k'}), errVarint},
+		{"missing owner length", cat(hdr2(1), []byte{5, 1, 'k', 1}), errVarint},
+		{"owner past end", cat(hdr2(1), []byte{5, 1, 'k', 1, 3, 'o', 'o'}), errTrunc},
+		{"owner length 65", cat(hdr2(1), []byte{5, 1, 'k', 1, 65}, bytes.Repeat([]byte{'o'}, 65)), errOwnerLen},
+		{"huge owner length", cat(hdr2(1), []byte{5, 1, 'k', 1, 0xff, 0xff, 0xff, 0xff, 0x0f}, bytes.Repeat([]byte{'o'}, 8)), errOwnerLen},
+		{"non-minimal owner length", cat(hdr2(1), []byte{5, 1, 'k', 1, 0x81, 0x00, 'o'}), errVarint},
+		{"non-minimal empty owner length", cat(hdr2(1), []byte{5, 1, 'k', 1, 0x80, 0x00}), errVarint},
+		{"unterminated varint", cat(hdr1(1), []byte{2, 1, 'k', 0x80}), errVarint},
+		{"unterminated owner length", cat(hdr2(1), []byte{5, 1, 'k', 1, 0x80}), errVarint},
+		{"non-minimal varint", cat(hdr1(1), []byte{2, 1, 'k', 0x81, 0x00}), errVarint},
+		{"non-minimal key length", cat(hdr1(1), []byte{2, 0x81, 0x00, 'k', 1}), errVarint},
+		{"varint overflow", cat(hdr1(1), []byte{4, 1, 'k'}, bytes.Repeat([]byte{0xff}, 10), []byte{1}), errVarint},
+		{"lease over 32 bits", cat(hdr1(1), []byte{1, 1, 'k', 0x80, 0x80, 0x80, 0x80, 0x10}), errLease},
+		{"owned grant lease over 32 bits", cat(hdr2(1), []byte{5, 1, 'k', 0x80, 0x80, 0x80, 0x80, 0x10, 1, 'o'}), errLease},
+		{"extend missing lease", cat(hdr1(1), []byte{3, 1, 'k', 5}), errVarint},
+		{"second command truncated", cat(hdr1(2), valid[headerLen:], []byte{2, 3, 'k', 'k'}), errTrunc},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			prev := []Command{grant("keep", 1)}
 			h, cmds, err := DecodeBatch(tc.data, prev)
-			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("err = %v, want ErrMalformed", err)
+			if !errors.Is(err, ErrMalformed) || !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v (ErrMalformed)", err, tc.want)
 			}
 			if h != (Header{}) || len(cmds) != 1 || string(cmds[0].Key) != "keep" {
 				t.Errorf("on error got %+v %+v, want the input commands untouched", h, cmds)
@@ -201,19 +411,20 @@ func TestDecodeBatchErrors(t *testing.T) {
 }
 
 func TestDecodeBatchAppendsAndAliases(t *testing.T) {
-	data := encode(Header{Seq: 4}, grant("a", 1), release("bb", 2))
+	data := encode(Header{Seq: 4}, grantBy("a", 1, "ow"), release("bb", 2))
 	cmds, err := decodeAll(t, data, []Command{expire("z", 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cmds) != 3 || string(cmds[0].Key) != "z" || string(cmds[2].Key) != "bb" {
+	if len(cmds) != 3 || string(cmds[0].Key) != "z" || string(cmds[2].Key) != "bb" || string(cmds[1].Owner) != "ow" {
 		t.Fatalf("got %+v", cmds)
 	}
-	if &cmds[1].Key[0] != &data[headerLen+2] {
-		t.Error("decoded key does not alias the entry")
+	// op, keylen, key, lease, ownerlen, owner
+	if &cmds[1].Key[0] != &data[headerLen+2] || &cmds[1].Owner[0] != &data[headerLen+5] {
+		t.Error("decoded key or owner does not alias the entry")
 	}
-	if cap(cmds[1].Key) != len(cmds[1].Key) {
-		t.Error("decoded key's capacity reaches into the next command")
+	if cap(cmds[1].Key) != len(cmds[1].Key) || cap(cmds[1].Owner) != len(cmds[1].Owner) {
+		t.Error("decoded key's or owner's capacity reaches into the next command")
 	}
 	buf := make([]Command, 0, 8)
 	allocs := testing.AllocsPerRun(100, func() {
@@ -232,13 +443,31 @@ func decodeAll(t *testing.T, data []byte, cmds []Command) ([]Command, error) {
 }
 
 // FuzzDecodeBatch checks that DecodeBatch never panics, and that whatever it
-// accepts re-encodes to the very same bytes (each batch has one encoding) and
+// accepts is the one encoding of its commands: Append and Seal give the
+// very same bytes (so the version is 2 exactly when a Grant has an owner),
+// version 1 is also what the code before owners wrote (encodeV1), and it
 // decodes again to the same commands.
 func FuzzDecodeBatch(f *testing.F) {
+	if v1, err := os.ReadFile("testdata/v1-batch.bin"); err != nil {
+		f.Fatal(err)
+	} else {
+		f.Add(v1)
+	}
 	f.Add(encode(Header{}))
 	f.Add(encode(Header{Proposer: 1, Seq: 2}, grant("a", 1000), release("a", 0), extend("b", 1025, 5), expire("c", 2049)))
 	f.Add(encode(Header{Seq: math.MaxUint64}, grant(strings.Repeat("x", MaxKeyLen), math.MaxUint32)))
+	f.Add(encode(Header{Seq: 3}, grantBy("a", 1000, "owner"), grant("b", 1), grantBy("c", 5, strings.Repeat("o", MaxOwnerLen))))
+	f.Add(encode(Header{Seq: 4}, release("a", 0), grantBy("b", 1, "\x00\xff")))
+	// Not canonical: version 2 without an owner, version 1 with one, an
+	// owned Grant with an empty owner, the layout of an earlier draft.
+	f.Add(encodeV2(Header{Proposer: 1, Seq: 2}, grant("a", 1000), release("a", 0)))
+	f.Add(encodeV2(Header{}))
+	f.Add(encodeVersion(encVersionNoOwners, Header{}, release("a", 0)))
+	f.Add(bytes.Join([][]byte{encodeV1(Header{}, grant("a", 1)), {5, 1, 'b', 1, 1, 'o'}}, nil))
+	f.Add(bytes.Join([][]byte{encodeV2(Header{}, grantBy("a", 1, "o"))[:headerLen], {5, 1, 'b', 1, 0}}, nil))
+	f.Add(bytes.Join([][]byte{encodeV2(Header{}, grant("a", 1))[:headerLen], {1, 1, 'b', 1, 0}}, nil))
 	f.Add([]byte{1, 0, 0})
+	f.Add([]byte{2, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, cmds, err := DecodeBatch(data, nil)
 		if err != nil {
@@ -247,9 +476,22 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 			return
 		}
+		owned := false
+		for _, c := range cmds {
+			if c.Owner != nil && (c.Op != OpGrant || len(c.Owner) == 0 || len(c.Owner) > MaxOwnerLen) {
+				t.Fatalf("version %d: %+v has owner %q", data[0], c, c.Owner)
+			}
+			owned = owned || c.Owner != nil
+		}
+		if owned != (data[0] == encVersion) {
+			t.Fatalf("version %d entry, owners: %v", data[0], owned)
+		}
 		again := encode(h, cmds...)
 		if !bytes.Equal(again, data) {
 			t.Fatalf("re-encoding differs:\n%x\n%x", again, data)
+		}
+		if oracle := encodeVersion(data[0], h, cmds...); !bytes.Equal(oracle, data) {
+			t.Fatalf("version %d oracle differs:\n%x\n%x", data[0], oracle, data)
 		}
 		h2, cmds2, err := DecodeBatch(again, nil)
 		if err != nil || h2 != h || !reflect.DeepEqual(cmds, cmds2) {

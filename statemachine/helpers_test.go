@@ -2,7 +2,9 @@ package statemachine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"sync"
 	"testing"
@@ -51,6 +53,11 @@ func grant(key string, lease uint32) Command {
 	return Command{Op: OpGrant, Key: []byte(key), LeaseMs: lease}
 }
 
+// grantBy is a Grant with an owner.
+func grantBy(key string, lease uint32, owner string) Command {
+	return Command{Op: OpGrant, Key: []byte(key), LeaseMs: lease, Owner: []byte(owner)}
+}
+
 func release(key string, tok uint64) Command {
 	return Command{Op: OpRelease, Key: []byte(key), Token: tok}
 }
@@ -70,6 +77,73 @@ func encode(h Header, cmds ...Command) []byte {
 		b.Append(c)
 	}
 	return slices.Clone(b.Seal(h))
+}
+
+// encodeV1 builds one entry in version 1 of the encoding (no owners), as
+// the code before owners did; written out here, not with Batch, so that it
+// is an oracle for what DecodeBatch must still read. Owners are dropped.
+func encodeV1(h Header, cmds ...Command) []byte {
+	return encodeVersion(encVersionNoOwners, h, cmds...)
+}
+
+// encodeV2 is encodeV1 for version 2: a Grant with an owner is wire op 5
+// with the owner after lease_ms. It writes version 2 whatever the
+// commands, so that it can build entries DecodeBatch must reject.
+func encodeV2(h Header, cmds ...Command) []byte {
+	return encodeVersion(encVersion, h, cmds...)
+}
+
+func encodeVersion(version byte, h Header, cmds ...Command) []byte {
+	buf := []byte{version}
+	buf = binary.LittleEndian.AppendUint64(buf, h.Proposer)
+	buf = binary.LittleEndian.AppendUint64(buf, h.Seq)
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(cmds)))
+	for _, c := range cmds {
+		owned := version >= 2 && c.Op == OpGrant && len(c.Owner) > 0
+		if owned {
+			buf = append(buf, 5)
+		} else {
+			buf = append(buf, byte(c.Op))
+		}
+		buf = binary.AppendUvarint(buf, uint64(len(c.Key)))
+		buf = append(buf, c.Key...)
+		if c.Op != OpGrant {
+			buf = binary.AppendUvarint(buf, c.Token)
+		}
+		if c.Op == OpGrant || c.Op == OpExtend {
+			buf = binary.AppendUvarint(buf, uint64(c.LeaseMs))
+		}
+		if owned {
+			buf = binary.AppendUvarint(buf, uint64(len(c.Owner)))
+			buf = append(buf, c.Owner...)
+		}
+	}
+	return buf
+}
+
+// encodeSnapshot writes a snapshot stream of the given version (1: no
+// owners, which are dropped) by hand, as an oracle for readSnapshot: the
+// locks are written in key order, whatever order they come in.
+func encodeSnapshot(version byte, shard, applied, seq uint64, locks []Lock) []byte {
+	locks = slices.Clone(locks)
+	slices.SortFunc(locks, func(a, b Lock) int { return bytes.Compare(a.Key, b.Key) })
+	buf := append([]byte(snapMagic), version)
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(shard))
+	buf = binary.LittleEndian.AppendUint64(buf, applied)
+	buf = binary.LittleEndian.AppendUint64(buf, seq)
+	for _, l := range locks {
+		buf = binary.AppendUvarint(buf, uint64(len(l.Key)))
+		buf = append(buf, l.Key...)
+		buf = binary.AppendUvarint(buf, l.Token)
+		buf = binary.AppendUvarint(buf, uint64(l.LeaseMs))
+		if version >= 2 {
+			buf = binary.AppendUvarint(buf, uint64(len(l.Owner)))
+			buf = append(buf, l.Owner...)
+		}
+	}
+	buf = append(buf, 0)
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(len(locks)))
+	return binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, crcTable))
 }
 
 func entry(index uint64, cmds ...Command) sm.Entry {
@@ -113,6 +187,7 @@ func (r *recorder) Reset(shard uint64, each func(fn func(Lock))) {
 	locks := map[string]Lock{}
 	each(func(l Lock) {
 		l.Key = bytes.Clone(l.Key)
+		l.Owner = bytes.Clone(l.Owner)
 		locks[string(l.Key)] = l
 	})
 	r.mu.Lock()
@@ -127,6 +202,7 @@ func (r *recorder) Applied(shard, index uint64, h Header, cmds []Command, result
 	}
 	for _, c := range cmds {
 		c.Key = bytes.Clone(c.Key)
+		c.Owner = bytes.Clone(c.Owner)
 		a.cmds = append(a.cmds, c)
 	}
 	r.mu.Lock()
@@ -169,13 +245,49 @@ func scanShard(t testing.TB, db *pebble.DB, shard uint64) []string {
 	return append(out, scan(t, db, m[:], append(m[:], 0))...)
 }
 
-// locks returns the state machine's in-memory table as key -> row.
-func locks(s *onDisk) map[string]row {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := map[string]row{}
-	for k, i := range s.t.slot {
-		out[k] = s.t.rows[i]
+// lockState is one held lock as tests compare it: its row's values and
+// its owner.
+type lockState struct {
+	token   uint64
+	leaseMs uint32
+	owner   string
+}
+
+// tableLocks returns a table as key -> lock.
+func tableLocks(tb *table) map[string]lockState {
+	out := map[string]lockState{}
+	for k, i := range tb.slot {
+		r := tb.rows[i]
+		out[k] = lockState{token: r.token, leaseMs: r.leaseMs, owner: tb.ownerOf(i)}
 	}
 	return out
+}
+
+// checkOwners checks the table's owner index: exactly the held rows marked
+// owned have an entry in owners, and none is empty or too long.
+func checkOwners(t testing.TB, tb *table) {
+	t.Helper()
+	owned := 0
+	for _, i := range tb.slot {
+		o, ok := tb.owners[i]
+		if ok != tb.rows[i].owned {
+			t.Fatalf("slot %d: owned %v but owners has it: %v", i, tb.rows[i].owned, ok)
+		}
+		if ok && (o == "" || len(o) > MaxOwnerLen) {
+			t.Fatalf("slot %d: owner %q", i, o)
+		}
+		if ok {
+			owned++
+		}
+	}
+	if owned != len(tb.owners) {
+		t.Fatalf("owners has %d entries, %d held rows are owned", len(tb.owners), owned)
+	}
+}
+
+// locks returns the state machine's in-memory table as key -> lock.
+func locks(s *onDisk) map[string]lockState {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return tableLocks(s.t)
 }

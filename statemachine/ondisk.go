@@ -14,7 +14,7 @@ const (
 	tablePrefix = 't'
 	metaPrefix  = 'm'
 	prefixLen   = 1 + 4
-	rowLen      = 8 + 4
+	rowLen      = 8 + 4 // a row's value without its owner, which follows
 	metaLen     = 8 + 8
 	// stopEvery is how many rows Open, SaveSnapshot and RecoverFromSnapshot
 	// handle between looks at their stop channel: often enough to stop a
@@ -215,7 +215,8 @@ func (s *onDisk) load(t *table, stopc <-chan struct{}) error {
 		if err = s.checkRow(t, k, v); err != nil {
 			break
 		}
-		t.insert(k, row{token: binary.LittleEndian.Uint64(v), leaseMs: binary.LittleEndian.Uint32(v[8:])})
+		r, owner := decodeRow(v)
+		t.insert(k, r, owner)
 	}
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("statemachine: shard %d: scan table: %w", s.shard, cerr)
@@ -225,13 +226,30 @@ func (s *onDisk) load(t *table, stopc <-chan struct{}) error {
 
 // checkRow refuses a stored row that this code could not have written.
 func (s *onDisk) checkRow(t *table, k, v []byte) error {
-	if len(k) == 0 || len(k) > MaxKeyLen || len(v) != rowLen {
+	if !rowShapeOK(k, v) {
 		return fmt.Errorf("statemachine: shard %d: corrupt row %q", s.shard, k)
 	}
 	if tok := binary.LittleEndian.Uint64(v); !t.validToken(tok) {
 		return fmt.Errorf("statemachine: shard %d: row %q has token %d not issued by this shard", s.shard, k, tok)
 	}
 	return nil
+}
+
+// rowShapeOK reports whether a stored key (without its prefix) and value
+// have the lengths of the layout in the package doc.
+func rowShapeOK(k, v []byte) bool {
+	return len(k) >= 1 && len(k) <= MaxKeyLen && len(v) >= rowLen && len(v) <= rowLen+MaxOwnerLen
+}
+
+// decodeRow splits a stored value (of a valid shape) into its row and
+// owner (nil for none; it aliases v). A value written before owners existed
+// is rowLen bytes, so it decodes to a row without owner.
+func decodeRow(v []byte) (row, []byte) {
+	r := row{token: binary.LittleEndian.Uint64(v), leaseMs: binary.LittleEndian.Uint32(v[8:])}
+	if len(v) == rowLen {
+		return r, nil
+	}
+	return r, v[rowLen:]
 }
 
 // validToken reports whether tok can have been issued by the shard, given
@@ -344,7 +362,7 @@ func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
 	defer b.Close()
 	for k, stored := range t.changed {
 		if i, held := t.slot[k]; held {
-			s.putRow(b, k, t.rows[i])
+			s.putRow(b, k, t.rows[i], t.ownerOf(i))
 		} else if stored {
 			s.deleteRow(b, k)
 		}
@@ -359,13 +377,15 @@ func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
 	return nil
 }
 
-// putRow adds key's row to b, in the layout of the package doc.
-func (s *onDisk) putRow(b *pebble.Batch, key string, r row) {
-	op := b.SetDeferred(prefixLen+len(key), rowLen)
+// putRow adds key's row and owner ("" for none) to b, in the layout of the
+// package doc.
+func (s *onDisk) putRow(b *pebble.Batch, key string, r row, owner string) {
+	op := b.SetDeferred(prefixLen+len(key), rowLen+len(owner))
 	copy(op.Key, s.tableLo[:])
 	copy(op.Key[prefixLen:], key)
 	binary.LittleEndian.PutUint64(op.Value, r.token)
 	binary.LittleEndian.PutUint32(op.Value[8:], r.leaseMs)
+	copy(op.Value[rowLen:], owner)
 	_ = op.Finish() // cannot fail: the batch is not indexed
 }
 
@@ -395,8 +415,8 @@ func (s *onDisk) Lookup(q interface{}) (interface{}, error) {
 	if s.t == nil {
 		return nil, ErrClosed
 	}
-	r, held := s.t.get(k)
-	return LookupResult{Held: held, Token: r.token, LeaseMs: r.leaseMs}, nil
+	r, owner, held := s.t.get(k)
+	return LookupResult{Held: held, Token: r.token, LeaseMs: r.leaseMs, Owner: owner}, nil
 }
 
 // Sync implements sm.IOnDiskStateMachine: a checkpoint, fsynced (which

@@ -1,11 +1,13 @@
 package statemachine
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -21,6 +23,14 @@ type workload struct {
 }
 
 func (w *workload) key() string { return fmt.Sprintf("k%d", w.rng.IntN(40)) }
+
+// owner is one of a few owners, or none, so that retries happen.
+func (w *workload) owner() string {
+	if n := w.rng.IntN(4); n > 0 {
+		return fmt.Sprint("o", n)
+	}
+	return ""
+}
 
 func (w *workload) token() uint64 {
 	if len(w.tokens) == 0 || w.rng.IntN(8) == 0 {
@@ -45,7 +55,7 @@ func (w *workload) entries() []sm.Entry {
 		for j := range cmds {
 			switch w.rng.IntN(5) {
 			case 0, 1:
-				cmds[j] = grant(w.key(), w.rng.Uint32N(100000))
+				cmds[j] = grantBy(w.key(), w.rng.Uint32N(100000), w.owner())
 			case 2:
 				tok := w.token()
 				if w.rng.IntN(4) == 0 {
@@ -109,7 +119,7 @@ func TestReplicasAgree(t *testing.T) {
 			seen[r.Code] = true
 		}
 	}
-	for c := Granted; c <= Noop; c++ {
+	for c := Granted; c <= Regranted; c++ {
 		if !seen[c] {
 			t.Errorf("workload never produced code %d", c)
 		}
@@ -121,6 +131,8 @@ func checkMirror(t *testing.T, s *onDisk) {
 	t.Helper()
 	syncSM(t, s)
 	fresh, _ := openSM(t, s.db, nil, s.shard)
+	checkOwners(t, s.t)
+	checkOwners(t, fresh.t)
 	if !reflect.DeepEqual(locks(s), locks(fresh)) {
 		t.Fatalf("memory and pebble disagree:\n%v\n%v", locks(s), locks(fresh))
 	}
@@ -246,6 +258,7 @@ func TestReopenContinues(t *testing.T) {
 	for i := uint64(1); i <= 20; i++ {
 		update(t, s, entry(i, grant(fmt.Sprint("k", i), uint32(i)), release(fmt.Sprint("k", i-1), 0)))
 	}
+	update(t, s, entry(21, grantBy("mine", 77, "owner-1")))
 	for _, r := range locks(s) {
 		maxTok = max(maxTok, r.token)
 	}
@@ -267,15 +280,24 @@ func TestReopenContinues(t *testing.T) {
 	defer db.Close()
 	obs := newRecorder()
 	s, applied := openSM(t, db, obs, 9)
-	if applied != 20 {
-		t.Fatalf("Open returned %d, want 20", applied)
+	if applied != 21 {
+		t.Fatalf("Open returned %d, want 21", applied)
 	}
-	if got := obs.lastReset(9); len(got) != 1 || got["k20"].Token != 20<<ShardBits|9 || got["k20"].LeaseMs != 20 {
+	mine := Lock{Key: []byte("mine"), Token: 21<<ShardBits | 9, LeaseMs: 77, Owner: []byte("owner-1")}
+	if got := obs.lastReset(9); len(got) != 2 || got["k20"].Token != 20<<ShardBits|9 || got["k20"].LeaseMs != 20 ||
+		got["k20"].Owner != nil || !reflect.DeepEqual(got["mine"], mine) {
 		t.Fatalf("Reset told %v", got)
 	}
-	update(t, s, entry(21, grant("new", 1)))
-	if tok := obs.calls()[0].results[0].Token; tok <= maxTok {
-		t.Fatalf("token after reopen %d, not above %d", tok, maxTok)
+	update(t, s, entry(22, grant("new", 1), grantBy("mine", 1, "owner-1"), grantBy("mine", 1, "owner-2")))
+	res := obs.calls()[0].results
+	if res[0].Token <= max(maxTok, mine.Token) {
+		t.Fatalf("token after reopen %d, not above %d", res[0].Token, max(maxTok, mine.Token))
+	}
+	if res[1] != (Result{Regranted, mine.Token}) || res[2] != (Result{Code: GrantRejected}) {
+		t.Fatalf("retries after reopen: %+v", res[1:])
+	}
+	if got := locks(s)["mine"]; got != (lockState{mine.Token, 77, "owner-1"}) {
+		t.Fatalf("after the retry: %+v", got)
 	}
 }
 
@@ -357,13 +379,14 @@ func TestOpenDropsRowsWithoutMeta(t *testing.T) {
 
 func TestLookup(t *testing.T) {
 	s, _ := openSM(t, newTestDB(t), nil, 1)
-	update(t, s, entry(1, grant("a", 42)))
+	update(t, s, entry(1, grant("a", 42), grantBy("o", 7, "me")))
 	tests := []struct {
 		q    any
 		want any
 		err  bool
 	}{
 		{LookupKey("a"), LookupResult{Held: true, Token: 1<<ShardBits | 1, LeaseMs: 42}, false},
+		{LookupKey("o"), LookupResult{Held: true, Token: 2<<ShardBits | 1, LeaseMs: 7, Owner: "me"}, false},
 		{LookupKey("b"), LookupResult{}, false},
 		{[]byte("a"), nil, true},
 		{"a", nil, true},
@@ -421,8 +444,8 @@ func TestCheckpoint(t *testing.T) {
 	db := newTestDB(t)
 	s, _ := openSM(t, db, nil, 2)
 	log := []sm.Entry{
-		entry(1, grant("a", 10), grant("b", 20), grant("c", 30)),
-		entry(2, release("a", 0), extend("b", 2<<ShardBits|2, 25)),
+		entry(1, grantBy("a", 10, "oa"), grant("b", 20), grantBy("c", 30, "oc")),
+		entry(2, release("a", 0), extend("b", 2<<ShardBits|2, 25), grantBy("c", 1, "oc")),
 	}
 	update(t, s, log...)
 	crashed := func() (*onDisk, uint64) {
@@ -444,7 +467,7 @@ func TestCheckpoint(t *testing.T) {
 	}
 
 	syncSM(t, s)
-	log = append(log, entry(3, release("b", 0), grant("a", 1), grant("tmp", 1)), entry(4, release("tmp", 0)))
+	log = append(log, entry(3, release("b", 0), grantBy("a", 1, "ob"), grantBy("tmp", 1, "ot")), entry(4, release("tmp", 0)))
 	update(t, s, log[2:]...)
 	if _, applied := crashed(); applied != 2 {
 		t.Fatalf("checkpoint at 2, but Open returned %d", applied)
@@ -478,5 +501,34 @@ func TestCheckpoint(t *testing.T) {
 	update(t, s, log[5])
 	if applied, _, _, _ := s.readMeta(); applied != 6 {
 		t.Fatalf("after %d commands: meta at %d", checkpointCommands, applied)
+	}
+}
+
+// TestRowLayout checks the checkpoint's rows byte for byte: a lock without
+// owner is the 12 bytes it was before owners existed, one with an owner
+// has it after them; Open refuses a value of any other length.
+func TestRowLayout(t *testing.T) {
+	db := newTestDB(t)
+	s, _ := openSM(t, db, nil, 1)
+	update(t, s, entry(1, grant("a", 0x0304), grantBy("b", 5, "me")))
+	syncSM(t, s)
+	want := []string{
+		"740000000161=" + "0104000000000000" + "04030000", // 't' shard 1 "a" -> token 1<<10|1, lease
+		"740000000162=" + "0108000000000000" + "05000000" + "6d65",
+		"6d00000001=" + "0100000000000000" + "0200000000000000", // meta: applied 1, seq 2
+	}
+	if got := scanShard(t, db, 1); !slices.Equal(got, want) {
+		t.Fatalf("rows\n%v\nwant\n%v", got, want)
+	}
+	for _, n := range []int{rowLen - 1, rowLen + MaxOwnerLen + 1} {
+		v := make([]byte, n) // n >= 8: a valid token, a bad length
+		binary.LittleEndian.PutUint64(v, 1<<ShardBits|1)
+		k := shardKey(tablePrefix, 1)
+		if err := db.Set(append(k[:], 'c'), v, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Factory(db, nil)(1, 1).Open(nil); err == nil || !strings.Contains(err.Error(), "corrupt row") {
+			t.Errorf("Open of a %d-byte row: %v", n, err)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble"
@@ -16,12 +17,24 @@ import (
 )
 
 const (
-	snapMagic      = "btsn"
-	snapVersion    = 1
-	snapHeaderLen  = 4 + 1 + 4 + 8 + 8
-	snapBufSize    = 64 << 10
-	recoverBatchSz = 1 << 20 // bytes per pebble batch while recovering
+	snapMagic = "btsn"
+	// snapVersion is the stream of a table in which a lock has an owner,
+	// snapVersionNoOwners (records without owners, the stream from before
+	// owners) that of every other table: so a node not yet upgraded can
+	// recover from an upgraded node's snapshot until a client names an
+	// owner, and an upgraded node reads what an old one sends, or what
+	// dragonboat kept on disk across the upgrade.
+	snapVersion         = 2
+	snapVersionNoOwners = 1
+	snapHeaderLen       = 4 + 1 + 4 + 8 + 8
+	snapBufSize         = 64 << 10
+	recoverBatchSz      = 1 << 20 // bytes per pebble batch while recovering
 )
+
+// maxRecordLen bounds what readSnapshot reads of one record before it checks
+// the values (four varints of any size, key, owner), so that its buffer
+// never grows; it is also enough for any record writeSnapshot writes.
+const maxRecordLen = 4*binary.MaxVarintLen64 + MaxKeyLen + MaxOwnerLen
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
@@ -37,6 +50,7 @@ type snapCtx struct {
 	snap    *pebble.Snapshot // nil once released
 	applied uint64
 	seq     uint64
+	owned   bool // a lock has an owner: the stream is snapVersion
 }
 
 // PrepareSnapshot implements sm.IOnDiskStateMachine. It runs mutually
@@ -52,7 +66,9 @@ func (s *onDisk) PrepareSnapshot() (interface{}, error) {
 	if err := s.checkpoint(pebble.NoSync); err != nil {
 		return nil, err
 	}
-	c := &snapCtx{snap: s.db.NewSnapshot(), applied: s.applied, seq: t.seq}
+	// The checkpoint is the table, so the table tells whether a row of the
+	// pebble snapshot has an owner, without a scan.
+	c := &snapCtx{snap: s.db.NewSnapshot(), applied: s.applied, seq: t.seq, owned: len(t.owners) > 0}
 	s.snapMu.Lock()
 	s.snaps[c] = struct{}{}
 	s.snapMu.Unlock()
@@ -72,8 +88,9 @@ func (s *onDisk) release(c *snapCtx) {
 }
 
 // SaveSnapshot implements sm.IOnDiskStateMachine: it streams the state
-// PrepareSnapshot captured in the format the package doc describes. The
-// output depends only on that state, as dragonboat requires.
+// PrepareSnapshot captured in the format the package doc describes, in
+// version 1 unless a lock has an owner. The output depends only on that
+// state, as dragonboat requires.
 func (s *onDisk) SaveSnapshot(ctx interface{}, w io.Writer, stopc <-chan struct{}) error {
 	c, ok := ctx.(*snapCtx)
 	if !ok {
@@ -87,14 +104,21 @@ func (s *onDisk) SaveSnapshot(ctx interface{}, w io.Writer, stopc <-chan struct{
 	}
 	it := c.snap.NewIter(&pebble.IterOptions{LowerBound: s.tableLo[:], UpperBound: s.tableHi[:]})
 	c.mu.Unlock()
-	err := s.writeSnapshot(it, c.applied, c.seq, w, stopc)
+	version := byte(snapVersionNoOwners)
+	if c.owned {
+		version = snapVersion
+	}
+	err := s.writeSnapshot(it, version, c.applied, c.seq, w, stopc)
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("statemachine: shard %d: scan snapshot: %w", s.shard, cerr)
 	}
 	return err
 }
 
-func (s *onDisk) writeSnapshot(it *pebble.Iterator, applied, seq uint64, w io.Writer, stopc <-chan struct{}) error {
+// writeSnapshot writes the stream of the rows it scans in the given version,
+// which must be the one they call for: it fails rather than drop an owner
+// from a version 1 stream, or write a version 2 stream without one.
+func (s *onDisk) writeSnapshot(it *pebble.Iterator, version byte, applied, seq uint64, w io.Writer, stopc <-chan struct{}) error {
 	bw := bufio.NewWriterSize(w, snapBufSize)
 	var crc uint32
 	// Write errors are returned as they are: dragonboat's writer reports a
@@ -104,28 +128,39 @@ func (s *onDisk) writeSnapshot(it *pebble.Iterator, applied, seq uint64, w io.Wr
 		_, err := bw.Write(p)
 		return err
 	}
-	buf := make([]byte, 0, 2*binary.MaxVarintLen64+MaxKeyLen+binary.MaxVarintLen64)
+	buf := make([]byte, 0, maxRecordLen)
 	buf = append(buf, snapMagic...)
-	buf = append(buf, snapVersion)
+	buf = append(buf, version)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(s.shard))
 	buf = binary.LittleEndian.AppendUint64(buf, applied)
 	buf = binary.LittleEndian.AppendUint64(buf, seq)
 	if err := write(buf); err != nil {
 		return err
 	}
-	var n uint64
+	var n, owned uint64
 	for ok := it.First(); ok; ok = it.Next() {
 		if n%stopEvery == 0 && stopped(stopc) {
 			return sm.ErrSnapshotStopped
 		}
 		k, v := it.Key()[prefixLen:], it.Value()
-		if len(k) == 0 || len(k) > MaxKeyLen || len(v) != rowLen {
+		if !rowShapeOK(k, v) {
 			return fmt.Errorf("statemachine: shard %d: corrupt row %q", s.shard, k)
+		}
+		r, owner := decodeRow(v)
+		if len(owner) > 0 {
+			if version == snapVersionNoOwners {
+				return fmt.Errorf("statemachine: shard %d: row %q has an owner the table has not", s.shard, k)
+			}
+			owned++
 		}
 		buf = binary.AppendUvarint(buf[:0], uint64(len(k)))
 		buf = append(buf, k...)
-		buf = binary.AppendUvarint(buf, binary.LittleEndian.Uint64(v))
-		buf = binary.AppendUvarint(buf, uint64(binary.LittleEndian.Uint32(v[8:])))
+		buf = binary.AppendUvarint(buf, r.token)
+		buf = binary.AppendUvarint(buf, uint64(r.leaseMs))
+		if version == snapVersion {
+			buf = binary.AppendUvarint(buf, uint64(len(owner)))
+			buf = append(buf, owner...)
+		}
 		if err := write(buf); err != nil {
 			return err
 		}
@@ -133,6 +168,9 @@ func (s *onDisk) writeSnapshot(it *pebble.Iterator, applied, seq uint64, w io.Wr
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("statemachine: shard %d: scan snapshot: %w", s.shard, err)
+	}
+	if version == snapVersion && owned == 0 {
+		return fmt.Errorf("statemachine: shard %d: the table has an owner no row has", s.shard)
 	}
 	buf = append(buf[:0], 0)
 	buf = binary.LittleEndian.AppendUint64(buf, n)
@@ -191,8 +229,9 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 	if string(hdr[:4]) != snapMagic {
 		return 0, nil, s.badSnapshot("not a baton snapshot")
 	}
-	if hdr[4] != snapVersion {
-		return 0, nil, s.badSnapshot("unknown version %d", hdr[4])
+	version := hdr[4]
+	if version != snapVersion && version != snapVersionNoOwners {
+		return 0, nil, s.badSnapshot("unknown version %d", version)
 	}
 	if shard := binary.LittleEndian.Uint32(hdr[5:]); uint64(shard) != s.shard {
 		return 0, nil, s.badSnapshot("snapshot is of shard %d", shard)
@@ -200,9 +239,9 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 	applied := binary.LittleEndian.Uint64(hdr[9:])
 	t := newTable(s.shard, binary.LittleEndian.Uint64(hdr[17:]), 0)
 
-	rec := make([]byte, 0, 3*binary.MaxVarintLen64+MaxKeyLen)
+	rec := make([]byte, 0, maxRecordLen)
 	var prev []byte
-	var n, kl, tok, lease uint64
+	var n, kl, tok, lease, ol, owned uint64
 	var err error
 	for ; ; n++ {
 		if n%stopEvery == 0 && stopped(stopc) {
@@ -220,7 +259,7 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 			return 0, nil, s.badSnapshot("record %d: key length %d", n, kl)
 		}
 		start := len(rec)
-		rec = rec[:start+int(kl)]
+		rec = slices.Grow(rec, int(kl))[:start+int(kl)]
 		if _, err := io.ReadFull(br, rec[start:]); err != nil {
 			return 0, nil, s.readErr(err)
 		}
@@ -230,6 +269,24 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 		lease, rec, err = s.readUvarint(br, rec)
 		if err != nil {
 			return 0, nil, err
+		}
+		var owner []byte
+		if version == snapVersion {
+			if ol, rec, err = s.readUvarint(br, rec); err != nil {
+				return 0, nil, err
+			}
+			if ol > MaxOwnerLen {
+				return 0, nil, s.badSnapshot("record %d: owner length %d", n, ol)
+			}
+			ostart := len(rec)
+			rec = slices.Grow(rec, int(ol))[:ostart+int(ol)]
+			if _, err := io.ReadFull(br, rec[ostart:]); err != nil {
+				return 0, nil, s.readErr(err)
+			}
+			if ol > 0 {
+				owner = rec[ostart:]
+				owned++
+			}
 		}
 		crc = crc32.Update(crc, crcTable, rec)
 		key := rec[start : start+int(kl)]
@@ -242,7 +299,7 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 			return 0, nil, s.badSnapshot("record %d: keys out of order", n)
 		}
 		prev = append(prev[:0], key...)
-		t.insert(key, row{token: tok, leaseMs: uint32(lease)})
+		t.insert(key, row{token: tok, leaseMs: uint32(lease)}, owner)
 	}
 	var tail [8 + 4]byte
 	if _, err := io.ReadFull(br, tail[:]); err != nil {
@@ -254,6 +311,10 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 	}
 	if count := binary.LittleEndian.Uint64(tail[:8]); count != n {
 		return 0, nil, s.badSnapshot("trailer counts %d records, stream had %d", count, n)
+	}
+	// One encoding per table: version 2 only for a table with an owner.
+	if version == snapVersion && owned == 0 {
+		return 0, nil, s.badSnapshot("version 2 without an owner")
 	}
 	return applied, t, nil
 }
@@ -292,7 +353,7 @@ func (s *onDisk) writeTable(applied uint64, t *table, stopc <-chan struct{}) err
 			return sm.ErrSnapshotStopped
 		}
 		n++
-		s.putRow(b, k, t.rows[i])
+		s.putRow(b, k, t.rows[i], t.ownerOf(i))
 		if b.Len() >= recoverBatchSz {
 			if err := b.Commit(pebble.NoSync); err != nil {
 				return fmt.Errorf("statemachine: shard %d: write snapshot rows: %w", s.shard, err)

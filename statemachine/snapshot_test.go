@@ -2,11 +2,15 @@ package statemachine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"os"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	sm "github.com/lni/dragonboat/v4/statemachine"
@@ -27,7 +31,8 @@ func saveSnapshot(t testing.TB, s *onDisk) []byte {
 	return buf.Bytes()
 }
 
-// filled returns a shard holding n locks after some churn.
+// filled returns a shard holding n locks after some churn; every third
+// lock has an owner (filledOwner).
 func filled(t *testing.T, shard uint64, n int) *onDisk {
 	t.Helper()
 	s, _ := openSM(t, newTestDB(t), nil, shard)
@@ -35,13 +40,23 @@ func filled(t *testing.T, shard uint64, n int) *onDisk {
 	for i := 0; i < n; i += 100 {
 		var cmds []Command
 		for j := i; j < min(i+100, n); j++ {
-			cmds = append(cmds, grant(fmt.Sprintf("key/%06d", j), uint32(j)), grant(fmt.Sprintf("gone/%d", j), 1))
+			cmds = append(cmds, grantBy(fmt.Sprintf("key/%06d", j), uint32(j), filledOwner(j)))
+			cmds = append(cmds, grantBy(fmt.Sprintf("gone/%d", j), 1, filledOwner(j+1)))
 			cmds = append(cmds, release(fmt.Sprintf("gone/%d", j), 0))
 		}
 		idx++
 		update(t, s, entry(idx, cmds...))
 	}
 	return s
+}
+
+// filledOwner is the owner filled gives its j-th lock: "" (none) for two
+// in three.
+func filledOwner(j int) string {
+	if j%3 != 0 {
+		return ""
+	}
+	return fmt.Sprintf("owner-%d", j)
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
@@ -65,19 +80,93 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if dst.applied != src.applied || dst.t.seq != src.t.seq {
 		t.Fatalf("applied/seq %d/%d, want %d/%d", dst.applied, dst.t.seq, src.applied, src.t.seq)
 	}
-	if got := obs.lastReset(3); len(got) != 10000 || got["key/000042"].LeaseMs != 42 {
+	got := obs.lastReset(3)
+	if len(got) != 10000 || got["key/000042"].LeaseMs != 42 {
 		t.Fatalf("Reset told %d locks", len(got))
+	}
+	if o, none := got["key/000042"].Owner, got["key/000043"].Owner; string(o) != "owner-42" || none != nil {
+		t.Fatalf("Reset told owners %q and %q", o, none)
+	}
+	if data[4] != snapVersion {
+		t.Fatalf("SaveSnapshot wrote version %d", data[4])
+	}
+	// The retry of an owner's grant finds it in the recovered table.
+	update(t, dst, entry(src.applied+1, grantBy("key/000042", 7, "owner-42"), grantBy("key/000045", 7, "owner-42")))
+	if r := obs.calls()[0].results; r[0] != (Result{Regranted, locks(src)["key/000042"].token}) || r[1].Code != GrantRejected {
+		t.Fatalf("retries after recovery: %+v", r)
 	}
 	checkMirror(t, dst)
 	// Tokens continue above every token of the source.
-	update(t, dst, entry(src.applied+1, grant("next", 1)))
+	update(t, dst, entry(src.applied+2, grant("next", 1)))
 	if tok := locks(dst)["next"].token; tok != (src.t.seq+1)<<ShardBits|3 {
 		t.Fatalf("next token %d", tok)
 	}
 	// The applied index survives a checkpoint and a reopen too.
 	syncSM(t, dst)
-	if _, applied := openSM(t, dst.db, nil, 3); applied != src.applied+1 {
+	if _, applied := openSM(t, dst.db, nil, 3); applied != src.applied+2 {
 		t.Fatalf("reopened at %d", applied)
+	}
+}
+
+// TestSnapshotVersion checks that SaveSnapshot writes version 1, the
+// stream from before owners, unless a lock has an owner, and that either
+// stream is the one encodeSnapshot writes of the table.
+func TestSnapshotVersion(t *testing.T) {
+	tests := []struct {
+		name    string
+		cmds    []Command
+		version byte
+	}{
+		{"empty table", nil, snapVersionNoOwners},
+		{"no owners", []Command{grant("a", 1), grant("b", 2), {Op: OpGrant, Key: []byte("c"), LeaseMs: 3, Owner: []byte{}}}, snapVersionNoOwners},
+		{"owner released", []Command{grant("a", 1), grantBy("b", 2, "me"), release("b", 0)}, snapVersionNoOwners},
+		{"owner expired", []Command{grantBy("a", 1, "me"), expire("a", 1<<ShardBits|4)}, snapVersionNoOwners},
+		{"one owner", []Command{grant("a", 1), grantBy("b", 2, "me"), grant("c", 3)}, snapVersion},
+		{"owners only", []Command{grantBy("a", 1, "x"), grantBy("b", 2, strings.Repeat("o", MaxOwnerLen))}, snapVersion},
+		{"owner regranted", []Command{grantBy("a", 1, "me"), grantBy("a", 1, "me")}, snapVersion},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := openSM(t, newTestDB(t), nil, 4)
+			update(t, s, entry(1, tc.cmds...))
+			var held []Lock
+			s.t.each(func(l Lock) { held = append(held, l) })
+			data := saveSnapshot(t, s)
+			if want := encodeSnapshot(tc.version, 4, 1, s.t.seq, held); !bytes.Equal(data, want) {
+				t.Fatalf("saved\n%x\nwant version %d\n%x", data, tc.version, want)
+			}
+			dst, _ := openSM(t, newTestDB(t), nil, 4)
+			if err := dst.RecoverFromSnapshot(bytesReader(data), nil); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(locks(dst), locks(s)) {
+				t.Fatalf("recovered %v, want %v", locks(dst), locks(s))
+			}
+			checkOwners(t, dst.t)
+		})
+	}
+}
+
+// TestSaveSnapshotChecksVersion: the version comes from the table, which
+// must agree with the checkpoint it was prepared from; if it did not,
+// SaveSnapshot fails rather than drop an owner or write a version 2 stream
+// without one.
+func TestSaveSnapshotChecksVersion(t *testing.T) {
+	for _, owner := range []string{"", "me"} {
+		s, _ := openSM(t, newTestDB(t), nil, 1)
+		update(t, s, entry(1, grantBy("a", 1, owner)))
+		ctx, err := s.PrepareSnapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := ctx.(*snapCtx)
+		if c.owned != (owner != "") {
+			t.Fatalf("owner %q: prepared with owned %v", owner, c.owned)
+		}
+		c.owned = !c.owned
+		if err := s.SaveSnapshot(ctx, io.Discard, nil); err == nil {
+			t.Errorf("owner %q: SaveSnapshot with the wrong version succeeded", owner)
+		}
 	}
 }
 
@@ -158,6 +247,45 @@ func TestRecoverRejectsBadStreams(t *testing.T) {
 		{"flipped count", flip(len(data) - 6)},
 		{"flipped checksum", flip(len(data) - 1)},
 	}
+	tok := uint64(1<<ShardBits | 1)
+	lock := func(owner string) []Lock {
+		return []Lock{{Key: []byte("k"), Token: tok, LeaseMs: 1, Owner: []byte(owner)}}
+	}
+	// patch rewrites one byte of a stream and fixes its checksum, so that
+	// the record, not the checksum, is what is wrong.
+	patch := func(d []byte, i int, b byte) []byte {
+		d = bytes.Clone(d)
+		d[i] = b
+		binary.LittleEndian.PutUint32(d[len(d)-4:], crc32.Checksum(d[:len(d)-4], crcTable))
+		return d
+	}
+	ownerLenAt := snapHeaderLen + 1 + 1 + 2 + 1 // keylen, key, token (2 bytes), lease
+	tests = append(tests, []struct {
+		name string
+		data []byte
+	}{
+		{"owner length 65", encodeSnapshot(snapVersion, 1, 1, 1, lock(strings.Repeat("o", MaxOwnerLen+1)))},
+		{"owner longer than the stream", patch(encodeSnapshot(snapVersion, 1, 1, 1, lock("o")), ownerLenAt, 60)},
+		{"non-minimal owner length", patch(encodeSnapshot(snapVersion, 1, 1, 1, lock("")), ownerLenAt, 0x80)},
+		// Read as version 1, the owner length is where the next keylen
+		// should be.
+		{"version 1 record with an owner", patch(encodeSnapshot(snapVersion, 1, 1, 1, lock("o")), 4, snapVersionNoOwners)},
+		{"version 3", patch(encodeSnapshot(snapVersion, 1, 1, 1, lock("")), 4, 3)},
+		// One encoding per table: version 2 only if a lock has an owner.
+		{"version 2 without an owner", encodeSnapshot(snapVersion, 1, 1, 1, lock(""))},
+		{"version 2 without records", encodeSnapshot(snapVersion, 1, 1, 0, nil)},
+		{"version 2 of the version 1 fixture", func() []byte {
+			var held []Lock
+			for k, l := range v1SnapshotLocks {
+				held = append(held, Lock{Key: []byte(k), Token: l.token, LeaseMs: l.leaseMs})
+			}
+			// Shard 1's tokens, so that only the version is wrong.
+			for i := range held {
+				held[i].Token = held[i].Token&^MaxShards | 1
+			}
+			return encodeSnapshot(snapVersion, 1, 3, 6, held)
+		}()},
+	}...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			obs := newRecorder()
@@ -233,4 +361,48 @@ func TestCloseReleasesPreparedSnapshot(t *testing.T) {
 	if err := s.SaveSnapshot(ctx, io.Discard, nil); !errors.Is(err, sm.ErrSnapshotStopped) {
 		t.Fatalf("SaveSnapshot after Close: %v", err)
 	}
+}
+
+// FuzzReadSnapshot checks that reading a stream never panics, that every
+// stream it refuses is ErrBadSnapshot, and that every stream it accepts
+// begins with the one encoding of the table it read (so nothing in the
+// stream is ignored): version 2 exactly when a lock has an owner, with the
+// owner index consistent. What follows the trailer is not read (and never was): the
+// stream ends there.
+func FuzzReadSnapshot(f *testing.F) {
+	const shard = 3
+	tok := func(seq uint64) uint64 { return seq<<ShardBits | shard }
+	v1, err := os.ReadFile("testdata/v1-snapshot.bin")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(v1)
+	f.Add(encodeSnapshot(snapVersionNoOwners, shard, 9, 0, nil))
+	f.Add(encodeSnapshot(snapVersion, shard, 9, 0, nil)) // no owner: rejected
+	f.Add(encodeSnapshot(snapVersion, shard, 1, 2, []Lock{{Key: []byte("x"), Token: tok(2), LeaseMs: 7}}))
+	f.Add(encodeSnapshot(snapVersion, shard, 9, 4, []Lock{
+		{Key: []byte("a"), Token: tok(1), LeaseMs: 1000, Owner: []byte("owner-a")},
+		{Key: []byte("b"), Token: tok(3), LeaseMs: 5},
+		{Key: []byte(strings.Repeat("k", MaxKeyLen)), Token: tok(4), LeaseMs: 1 << 31, Owner: bytes.Repeat([]byte{0xff}, MaxOwnerLen)},
+	}))
+	f.Add(encodeSnapshot(snapVersionNoOwners, shard, 1, 2, []Lock{{Key: []byte("x"), Token: tok(2), LeaseMs: 7}}))
+	s := newOnDisk(nil, nil, shard) // readSnapshot does not touch the DB
+	f.Fuzz(func(t *testing.T, data []byte) {
+		applied, tb, err := s.readSnapshot(bytes.NewReader(data), nil)
+		if err != nil {
+			if !errors.Is(err, ErrBadSnapshot) {
+				t.Fatalf("error %v is not ErrBadSnapshot", err)
+			}
+			return
+		}
+		checkOwners(t, tb)
+		if (data[4] == snapVersion) != (len(tb.owners) > 0) {
+			t.Fatalf("version %d stream, %d owners", data[4], len(tb.owners))
+		}
+		var held []Lock
+		tb.each(func(l Lock) { held = append(held, l) })
+		if again := encodeSnapshot(data[4], shard, applied, tb.seq, held); !bytes.HasPrefix(data, again) {
+			t.Fatalf("re-encoding is not what the stream begins with:\n%x\n%x", again, data)
+		}
+	})
 }

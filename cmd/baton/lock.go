@@ -37,7 +37,9 @@ to hand to whatever the lock protects). While the command runs, baton keeps
 the lease alive (an extend every third of --lease); when it exits, baton
 releases the lock and exits with the command's status. Two baton lock on
 the same key run their commands one after the other, never at once: this is
-how to serialize cron jobs and deploys across machines.
+how to serialize cron jobs and deploys across machines. The acquire names
+an owner, HOST:PID: and random hex digits, so that baton query KEY shows
+which machine and process holds the lock.
 
 Flags:
   --lease DURATION   the lease kept alive while the command runs, 100ms to

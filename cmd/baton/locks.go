@@ -144,13 +144,14 @@ func parseCommand(e env, name, help string, fs *flag.FlagSet, args []string, min
 	return pos, 0, false
 }
 
-// dial makes the client of one command.
+// dial makes the client of one command. Its acquires name owners after
+// ownerPrefix, unless told otherwise.
 func dial(e env, name string, o *commonOpts) (*client.Client, int, bool) {
 	addrs, err := splitAddrs(o.addr)
 	if err != nil {
 		return nil, usageError(e, name, err), false
 	}
-	c, err := client.New(addrs)
+	c, err := client.New(addrs, client.WithOwnerPrefix(ownerPrefix()))
 	if err != nil {
 		return nil, usageError(e, name, err), false
 	}
@@ -207,15 +208,25 @@ The lock stays held after baton exits, until baton release KEY TOKEN (or
 until its lease runs out). The token is printed alone on stdout, so that
 TOKEN=$(baton acquire KEY) works.
 
+Every acquire names an owner, which baton query shows for the holder: by
+default HOST:PID: and 32 random hex digits, new for every acquire. An
+acquire with the owner of the grant that holds KEY gets that grant back at
+once (the same token, its lease renewed to --lease from now) instead of
+waiting for it: so a script that lost the answer of baton acquire --owner
+OWNER (a timeout, a crash) may run it again with the same OWNER. An owner
+names one holder: two that use the same one share the lock.
+
 Flags:
   --lease DURATION   how long the lock is held unless extended or released,
                      1ms to 24h (default 10s)
   --wait DURATION    how long to wait for a lock someone else holds: 0 waits
                      forever, -1 does not wait at all (try-lock), e.g. 5s
                      (default 0)
+  --owner OWNER      the owner to name, 1 to 64 bytes, no spaces or control
+                     characters (default: a new random one, as above)
 ` + commonHelp + jsonHelp + `  --help             show this text
 
-JSON: {"key":"K","acquired":true,"token":N,"lease_ms":N}, or
+JSON: {"key":"K","acquired":true,"token":N,"lease_ms":N,"owner":"O"}, or
 {"key":"K","acquired":false} when not granted in time.
 
 Exit status: 0 acquired; 75 not granted within --wait (someone else holds
@@ -228,15 +239,18 @@ type leaseOpts struct {
 	commonOpts
 	lease time.Duration
 	wait  waitFlag
+	owner ownerFlag
 }
 
-// leaseFlags defines the flags of acquire (withWait) or extend.
+// leaseFlags defines the flags of acquire (withWait, and --owner) or
+// extend.
 func leaseFlags(name string, o *leaseOpts, getenv func(string) string, withWait bool) *flag.FlagSet {
 	fs := flag.NewFlagSet("baton "+name, flag.ContinueOnError)
 	commonFlags(fs, &o.commonOpts, getenv, true)
 	fs.DurationVar(&o.lease, "lease", 10*time.Second, "")
 	if withWait {
 		fs.Var(&o.wait, "wait", "")
+		fs.Var(&o.owner, "owner", "")
 	}
 	return fs
 }
@@ -270,7 +284,7 @@ func runAcquire(e env, args []string) int {
 	}
 	ctx, cancel := limited(e, bound)
 	defer cancel()
-	l, err := c.Acquire(ctx, key, *lease, wait.d)
+	l, err := c.Acquire(ctx, key, *lease, wait.d, lo.owner.options()...)
 	if errors.Is(err, client.ErrTimeout) && e.ctx.Err() == nil {
 		if o.json {
 			printJSON(e.stdout, map[string]any{"key": key, "acquired": false})
@@ -282,7 +296,7 @@ func runAcquire(e env, args []string) int {
 		return failure(e, "acquire", err)
 	}
 	if o.json {
-		printJSON(e.stdout, map[string]any{"key": key, "acquired": true, "token": l.Token(), "lease_ms": lease.Milliseconds()})
+		printJSON(e.stdout, map[string]any{"key": key, "acquired": true, "token": l.Token(), "lease_ms": lease.Milliseconds(), "owner": l.Owner()})
 	} else {
 		fmt.Fprintln(e.stdout, l.Token())
 	}
@@ -450,14 +464,15 @@ const queryUsage = `baton query: show who holds a key.
 Usage:
   baton query KEY [flags]
 
-Prints the holder's fencing token and what is left of its lease, or that
-the key is free. The answer is the committed state.
+Prints the holder's fencing token, its owner (the owner its acquire named:
+for baton's own, HOST:PID: and random hex digits) and what is left of its
+lease, or that the key is free. The answer is the committed state.
 
 Flags:
 ` + commonHelp + jsonHelp + `  --help             show this text
 
-JSON: {"key":"K","held":true,"token":N,"remaining_ms":N} or
-{"key":"K","held":false}.
+JSON: {"key":"K","held":true,"token":N,"remaining_ms":N,"owner":"O"} (owner
+"" for a grant whose acquire named none) or {"key":"K","held":false}.
 
 Exit status: 0 answered (held or free); 1 failure; 2 bad usage;
 130 interrupted.
@@ -484,9 +499,11 @@ func runQuery(e env, args []string) int {
 	}
 	switch {
 	case o.json && st.Held:
-		printJSON(e.stdout, map[string]any{"key": key, "held": true, "token": st.Token, "remaining_ms": st.Remaining.Milliseconds()})
+		printJSON(e.stdout, map[string]any{"key": key, "held": true, "token": st.Token, "remaining_ms": st.Remaining.Milliseconds(), "owner": st.Owner})
 	case o.json:
 		printJSON(e.stdout, map[string]any{"key": key, "held": false})
+	case st.Held && st.Owner != "":
+		fmt.Fprintf(e.stdout, "%s: held by token %d (owner %s), %v of lease left\n", key, st.Token, st.Owner, st.Remaining)
 	case st.Held:
 		fmt.Fprintf(e.stdout, "%s: held by token %d, %v of lease left\n", key, st.Token, st.Remaining)
 	default:

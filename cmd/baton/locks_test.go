@@ -127,6 +127,10 @@ func TestLockCommandsBadUsage(t *testing.T) {
 		{"acquire", "k", "--wait", "25h"},
 		{"acquire", "k", "--addr", ","},
 		{"acquire", "k", "--addr", "nohostport"},
+		{"acquire", "k", "--owner", ""},
+		{"acquire", "k", "--owner", "a b"},
+		{"acquire", "k", "--owner", strings.Repeat("o", 65)},
+		{"extend", "k", "5", "--owner", "o"}, // only acquire names an owner
 		{"release"},
 		{"release", "k", "0"},
 		{"release", "k", "x"},
@@ -178,7 +182,7 @@ func TestAcquireReleaseExtendQuery(t *testing.T) {
 	n := startNode(t)
 	addr := n.ClientAddr
 
-	code, out, errs := baton(t, addr, "acquire", "cli/k", "--lease", "30s")
+	code, out, errs := baton(t, addr, "acquire", "cli/k", "--lease", "30s", "--owner", "cli-test-1")
 	if code != exitOK {
 		t.Fatalf("acquire: %d %s", code, errs)
 	}
@@ -189,7 +193,7 @@ func TestAcquireReleaseExtendQuery(t *testing.T) {
 	tok := strconv.FormatUint(token, 10)
 
 	code, out, _ = baton(t, addr, "query", "cli/k")
-	if code != exitOK || !strings.Contains(out, "held by token "+tok) {
+	if code != exitOK || !strings.Contains(out, "held by token "+tok+" (owner cli-test-1)") {
 		t.Fatalf("query: %d %q", code, out)
 	}
 	code, out, _ = baton(t, addr, "query", "--json", "cli/k")
@@ -198,9 +202,15 @@ func TestAcquireReleaseExtendQuery(t *testing.T) {
 		Held        bool   `json:"held"`
 		Token       uint64 `json:"token"`
 		RemainingMs int64  `json:"remaining_ms"`
+		Owner       string `json:"owner"`
 	}
-	if err := json.Unmarshal([]byte(out), &q); err != nil || code != exitOK || !q.Held || q.Token != token || q.RemainingMs <= 0 || q.RemainingMs > 30000 {
+	if err := json.Unmarshal([]byte(out), &q); err != nil || code != exitOK || !q.Held || q.Token != token || q.RemainingMs <= 0 || q.RemainingMs > 30000 || q.Owner != "cli-test-1" {
 		t.Fatalf("query --json: %d %q %v", code, out, err)
+	}
+	// The same owner again is a retry: the same grant, at once.
+	code, out, errs = baton(t, addr, "acquire", "cli/k", "--lease", "30s", "--wait", "-1", "--owner", "cli-test-1")
+	if code != exitOK || strings.TrimSpace(out) != tok {
+		t.Fatalf("acquire again with the holder's owner: %d %q %s, want token %s", code, out, errs, tok)
 	}
 
 	// Someone else cannot have it.
@@ -241,9 +251,14 @@ func TestAcquireReleaseExtendQuery(t *testing.T) {
 		Acquired bool   `json:"acquired"`
 		Token    uint64 `json:"token"`
 		LeaseMs  int64  `json:"lease_ms"`
+		Owner    string `json:"owner"`
 	}
-	if err := json.Unmarshal([]byte(out), &a); err != nil || code != exitOK || !a.Acquired || a.Token <= token || a.LeaseMs != 10000 {
+	if err := json.Unmarshal([]byte(out), &a); err != nil || code != exitOK || !a.Acquired || a.Token <= token || a.LeaseMs != 10000 ||
+		!strings.HasPrefix(a.Owner, ownerPrefix()) {
 		t.Fatalf("acquire --json: %d %q", code, out)
+	}
+	if code, out, _ = baton(t, addr, "query", "cli/k"); !strings.Contains(out, "(owner "+a.Owner+")") {
+		t.Fatalf("query of a key baton acquired: %d %q, want owner %s", code, out, a.Owner)
 	}
 	if code, _, errs = baton(t, addr, "release", "cli/k"); code != exitOK {
 		t.Fatalf("tokenless release: %d %s", code, errs)

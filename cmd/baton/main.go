@@ -50,7 +50,7 @@ var commands = []command{
 	{"acquire", "acquire a lock and print its fencing token", runAcquire},
 	{"release", "release a lock", runRelease},
 	{"extend", "extend the lease of a held lock", runExtend},
-	{"query", "show who holds a key", runQuery},
+	{"query", "show who holds a key: token, owner, lease left", runQuery},
 	{"lock", "run a command while holding a lock", runLock},
 	{"bench", "drive load against a server and measure it", runBench},
 }

@@ -249,6 +249,8 @@ func TestClusterFullRestart(t *testing.T) {
 	held := acquire(t, c, "r/held", 600000)
 	released := acquire(t, c, "r/released", 600000)
 	do(t, c, fmt.Sprintf("R r/released %d", released), "R r/released OK")
+	c.Send("A r/owned 600000 0 owner-r")
+	owned := readGrant(t, c, "r/owned", answerWithin)
 
 	for _, n := range nodes {
 		n.Kill()
@@ -258,6 +260,11 @@ func TestClusterFullRestart(t *testing.T) {
 	c = harness.Dial(t, nodes[0].ClientAddr)
 	queryHeld(t, c, "r/held", held)
 	queryFree(t, c, "r/released")
+	heldBy(t, c, "r/owned", owned, "owner-r")
+	c.Send("A r/owned 600000 -1 owner-r") // a retry after the restart: its own grant
+	if tok := readGrant(t, c, "r/owned", answerWithin); tok != owned {
+		t.Fatalf("retry after a full restart got token %d, want %d", tok, owned)
+	}
 	if tok := acquire(t, c, "r/released", 600000); tok <= released {
 		t.Fatalf("token %d after a full restart, not above %d", tok, released)
 	}
@@ -291,7 +298,9 @@ func TestClusterSnapshotInstallThenLeads(t *testing.T) {
 		last[k] = tok
 	}
 	for _, k := range clusterKeys[4:8] {
-		held["s/"+k] = acquire(t, c1, "s/"+k, 120000) // only a snapshot brings these to node 2
+		// Only a snapshot brings these to node 2, with their owners.
+		c1.Send(fmt.Sprintf("A s/%s 120000 0 owner-%s", k, k))
+		held["s/"+k] = readGrant(t, c1, "s/"+k, answerWithin)
 	}
 	startLoads := strings.Count(nodes[1].Log(), "shard table loaded")
 	links.Heal()
@@ -324,8 +333,17 @@ func TestClusterSnapshotInstallThenLeads(t *testing.T) {
 	}
 
 	c2 := harness.Dial(t, nodes[1].ClientAddr)
-	for k, tok := range held {
-		queryHeld(t, c2, k, tok)
+	for i, k := range clusterKeys[:8] {
+		key, tok := "s/"+k, held["s/"+k]
+		if i < 4 {
+			queryHeld(t, c2, key, tok)
+			continue
+		}
+		heldBy(t, c2, key, tok, "owner-"+k)
+		c2.Send(fmt.Sprintf("A %s 120000 -1 owner-%s", key, k))
+		if again := readGrant(t, c2, key, answerWithin); again != tok {
+			t.Fatalf("%s: a retry of its owner on the new leader got %d, want %d", key, again, tok)
+		}
 	}
 	for k, tok := range last {
 		if again := acquire(t, c2, k, 60000); again <= tok {

@@ -154,6 +154,18 @@ func eventually(t *testing.T, c *harness.Conn, key, want string, d time.Duration
 	}
 }
 
+// heldBy queries key, which must be held with token by owner, and returns
+// the remaining lease.
+func heldBy(t *testing.T, c *harness.Conn, key string, token uint64, owner string) (remainingMs uint64) {
+	t.Helper()
+	line := c.Do(t, "Q "+key)
+	m := match(t, line, `^Q `+regexp.QuoteMeta(key)+` HELD ([1-9][0-9]*) ([0-9]+) (\S+)$`)
+	if got := parseU64(t, m[1]); got != token || m[3] != owner {
+		t.Fatalf("Q %s: held with token %d by %q, want %d by %q", key, got, m[3], token, owner)
+	}
+	return parseU64(t, m[2])
+}
+
 // --- the protocol on one node -----------------------------------------------
 
 // TestProtocol checks the single-node rules of the protocol on one shared
@@ -183,6 +195,7 @@ func TestProtocol(t *testing.T) {
 		{"LineTooLong", testLineTooLong},
 		{"WaiterLimit", testWaiterLimit},
 		{"PartialLineKept", testPartialLineKept},
+		{"Owners", testOwners},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, n) })
 	}
@@ -775,7 +788,7 @@ func testBadRequests(t *testing.T, n *harness.Node) {
 		{"extend missing token", "K br/k", "K br/k"},
 		{"extend missing lease", "K br/k 5", "K br/k"},
 		{"query extra field", "Q br/k x", "Q br/k"},
-		{"acquire extra field", "A br/k 1000 0 0", "A br/k"},
+		{"acquire extra field", "A br/k 1000 0 owner extra", "A br/k"},
 		{"release extra field", "R br/k 5 5", "R br/k"},
 		{"extend extra field", "K br/k 5 1000 1", "K br/k"},
 		{"lease not numeric", "A br/k abc 0", "A br/k"},
@@ -1281,4 +1294,46 @@ func TestHTTP(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &status); err != nil {
 		t.Fatalf("/status is not a JSON object: %v\n%s", err, body)
 	}
+}
+
+// testOwners: protocol 1.1. The owner is stored and shown by Q; a retry
+// with the holder's owner (any connection, a try-lock too) gets the same
+// token at once without touching the lease; another owner queues; two
+// acquires of one owner waiting share one grant.
+func testOwners(t *testing.T, n *harness.Node) {
+	const k = "owners/k"
+	c1, c2, c3 := harness.Dial(t, n.ClientAddr), harness.Dial(t, n.ClientAddr), harness.Dial(t, n.ClientAddr)
+	c1.Send("A " + k + " 10000 0 host-a:17/0f3c")
+	tok := readGrant(t, c1, k, answerWithin)
+	before := heldBy(t, c1, k, tok, "host-a:17/0f3c")
+
+	time.Sleep(50 * time.Millisecond) // so that a lease restarted by the retry would show
+	for _, req := range []string{"A " + k + " 20000 0 host-a:17/0f3c", "A " + k + " 20000 -1 host-a:17/0f3c"} {
+		c2.Send(req)
+		if again := readGrant(t, c2, k, answerWithin); again != tok {
+			t.Fatalf("%q: token %d, want the holder's %d", req, again, tok)
+		}
+	}
+	if after := heldBy(t, c1, k, tok, "host-a:17/0f3c"); after >= before {
+		t.Fatalf("remaining %d ms after the retries, %d before: the lease was touched", after, before)
+	}
+	do(t, c3, "A "+k+" 10000 100 someone-else", "A "+k+" TIMEOUT")
+
+	// Two acquires of one owner wait; a third owner waits between them.
+	c2.Send("A " + k + " 10000 0 waiter-b")
+	c3.Send("A " + k + " 10000 0 waiter-c")
+	c4 := harness.Dial(t, n.ClientAddr)
+	c4.Send("A " + k + " 10000 0 waiter-b")
+	c2.ExpectNothing(t, 100*time.Millisecond)
+	do(t, c1, fmt.Sprintf("R %s %d", k, tok), "R "+k+" OK")
+	shared := readGrant(t, c2, k, answerWithin)
+	if other := readGrant(t, c4, k, answerWithin); other != shared || shared <= tok {
+		t.Fatalf("owner waiter-b got tokens %d and %d, want one token above %d", shared, other, tok)
+	}
+	c3.ExpectNothing(t, 100*time.Millisecond)
+	heldBy(t, c1, k, shared, "waiter-b")
+	do(t, c1, fmt.Sprintf("R %s %d", k, shared), "R "+k+" OK")
+	next := readGrant(t, c3, k, answerWithin)
+	heldBy(t, c1, k, next, "waiter-c")
+	do(t, c1, fmt.Sprintf("R %s %d", k, next), "R "+k+" OK")
 }

@@ -136,7 +136,16 @@ func checkHangs(h []Op, slack time.Duration) []string {
 
 // checkTokens checks the fencing tokens the history saw: per key, grants
 // increase in real-time order (a grant answered before another was sent has
-// the smaller token), and no token is granted twice or seen for two keys.
+// the smaller token), no token is granted twice or seen for two keys, and
+// each token has one owner wherever it shows (A OK, Q HELD).
+//
+// The one exception is an owner's own grant (protocol 1.1): acquires of one
+// key that name the same owner are answered with the one grant's token, a
+// retry after a lost answer as well as acquires that waited together. So
+// two A OK with the same token are legal when they have the same key and
+// the same non-empty owner, and such a pair may have equal tokens in real
+// time order too (one answered before the other was sent), never a smaller
+// one.
 func checkTokens(h []Op) []string {
 	f := findings{name: "tokens"}
 	grants := make(map[string][]*Op)
@@ -160,18 +169,26 @@ func checkTokens(h []Op) []string {
 		t := o.RespToken
 		if isGrant {
 			grants[o.Key] = append(grants[o.Key], o)
-			if g := granted[t]; g != nil && !reported[t] {
+			if g := granted[t]; g == nil {
+				granted[t] = o
+			} else if !sameOwnerGrant(g, o) && !reported[t] {
 				reported[t] = true
 				f.add("token %d granted twice: %s, and %s", t, g, o)
-			} else if g == nil {
-				granted[t] = o
 			}
 		}
-		if s := seen[t]; s == nil {
+		s := seen[t]
+		switch {
+		case s == nil:
 			seen[t] = o
-		} else if s.Key != o.Key && !reported[t] {
+		case reported[t]:
+		case s.Key != o.Key:
 			reported[t] = true
 			f.add("token %d seen for two keys: %s, and %s", t, s, o)
+		case s.grantOwner() != o.grantOwner():
+			// The owner is stored with the grant: whoever is answered with
+			// its token, or shown it, sees the same one.
+			reported[t] = true
+			f.add("token %d seen with two owners: %s, and %s", t, s, o)
 		}
 	}
 
@@ -190,12 +207,24 @@ func checkTokens(h []Op) []string {
 					best = byRet[j]
 				}
 			}
-			if best != nil && g2.RespToken <= best.RespToken {
+			switch {
+			case best == nil || g2.RespToken > best.RespToken:
+			case g2.RespToken == best.RespToken && sameOwnerGrant(best, g2):
+				// The owner's grant again: a retry, or another waiter. Any
+				// other grant with that token is reported as granted twice.
+			default:
 				f.add("key %q: token %d is not above token %d granted before it was asked for: %s, after %s", k, g2.RespToken, best.RespToken, g2, best)
 			}
 		}
 	}
 	return f.lines()
+}
+
+// sameOwnerGrant reports whether two A OK with the same token may both be
+// the one grant of an owner: they name the same key and the same owner.
+// Without an owner a token is granted once.
+func sameOwnerGrant(a, b *Op) bool {
+	return a.Key == b.Key && a.Owner != "" && a.Owner == b.Owner
 }
 
 // keyCheck is one key's linearizability check.
@@ -204,6 +233,7 @@ type keyCheck struct {
 	ops    []porcupine.Operation
 	result porcupine.CheckResult
 	info   porcupine.LinearizationInfo
+	swept  *sweepResult // when porcupine was inconclusive
 }
 
 // checkLinearizable checks each key's history against the lock model with
@@ -225,16 +255,20 @@ func checkLinearizable(h []Op, cfg CheckConfig, rep *Report) []string {
 		go func() {
 			defer wg.Done()
 			for kc := range work {
-				left := time.Until(deadline)
-				if left <= 0 {
-					kc.result = porcupine.Unknown
-					continue
+				kc.result = porcupine.Unknown
+				if left := time.Until(deadline); left > 0 {
+					// The verdict first, without the bookkeeping a
+					// visualization needs; that only for a key that fails.
+					kc.result = porcupine.CheckOperationsTimeout(lockModel, kc.ops, left)
 				}
-				// The verdict first, without the bookkeeping a
-				// visualization needs; that only for a key that fails.
-				kc.result = porcupine.CheckOperationsTimeout(lockModel, kc.ops, left)
-				if kc.result == porcupine.Illegal {
+				switch kc.result {
+				case porcupine.Illegal:
 					_, kc.info = porcupine.CheckOperationsVerbose(lockModel, kc.ops, cfg.Timeout)
+				case porcupine.Unknown:
+					// No verdict is still no place to look: the sweep may
+					// find the op where the history goes wrong.
+					r := sweep(kc.ops, sweepBudget)
+					kc.swept = &r
 				}
 			}
 		}()
@@ -249,7 +283,7 @@ func checkLinearizable(h []Op, cfg CheckConfig, rep *Report) []string {
 		switch kc.result {
 		case porcupine.Ok:
 		case porcupine.Unknown:
-			f.add("key %q (%d ops): inconclusive, porcupine ran out of its %v budget", kc.key, len(kc.ops), cfg.Timeout)
+			f.add("key %q (%d ops): inconclusive, porcupine ran out of its %v budget; %s", kc.key, len(kc.ops), cfg.Timeout, kc.swept.describe(kc.ops))
 		case porcupine.Illegal:
 			path, err := visualize(cfg.OutDir, i, kc)
 			if err != nil {
@@ -271,7 +305,10 @@ func checkLinearizable(h []Op, cfg CheckConfig, rep *Report) []string {
 // acquires of unknown outcome (at most they made a phantom, which the model
 // allows anyway). The other unknown ops return after everything else, as
 // porcupine wants an op that may take effect at any time after its call.
+// An acquire's lease bound comes from leaseBounds, over all of h: the
+// attempts that may have made its grant include those left out.
 func porcupineHistories(h []Op) []*keyCheck {
+	bounds := newLeaseBounds(h)
 	var end time.Duration
 	for i := range h {
 		end = max(end, h[i].Call, h[i].Return)
@@ -299,10 +336,13 @@ func porcupineHistories(h []Op) []*keyCheck {
 		var lanes []time.Duration // per lane, the Return of its last op
 		for _, o := range ops {
 			in := lockInput{
-				op: o.Op, token: o.Token, leaseMs: o.LeaseMs, waitMs: o.WaitMs,
+				op: o.Op, token: o.Token, leaseMs: o.LeaseMs, waitMs: o.WaitMs, owner: o.Owner,
 				call: int64(o.Call), ret: int64(o.Return), conn: o.Conn, key: o.Key,
 			}
-			out := lockOutput{status: o.Status, token: o.RespToken, remaining: o.RemainingMs, code: o.Code}
+			if o.Op == codec.OpAcquire {
+				in.leaseLB = int64(bounds.of(o))
+			}
+			out := lockOutput{status: o.Status, token: o.RespToken, remaining: o.RemainingMs, owner: o.RespOwner, code: o.Code}
 			ret := o.Return
 			if o.outcome() == outcomeUnknown {
 				in.unknown, in.ret, ret = true, unknownReturn, end
@@ -323,6 +363,77 @@ func porcupineHistories(h []Op) []*keyCheck {
 		checks = append(checks, kc)
 	}
 	return checks
+}
+
+// leaseBounds bounds the lease of an owner's grant from below. Every
+// attempt of one acquire (a retry on another connection after MOVED, an
+// ERR or a lost connection) names the same owner, and any of them may be
+// the one that made the grant the others are answered with: an attempt
+// whose answer was lost is a phantom to the model, and its grant started
+// its lease at some time after that attempt's Call, maybe long before the
+// retry that learns the token was even sent. So the lease surely lasts
+// until the least Call + lease of those attempts, not of the one answered.
+// Only attempts sent before the answered one returned count: a later one
+// cannot have made a grant that was already there. That includes attempts
+// answered MOVED or TIMEOUT, since they too may have been queued or
+// proposed before they were answered (the bound only gets weaker, never
+// wrong).
+type leaseBounds map[ownerKey][]attempt
+
+// ownerKey names one owner's acquires of one key.
+type ownerKey struct{ key, owner string }
+
+// attempt is one acquire naming an owner.
+type attempt struct {
+	call   time.Duration
+	minEnd time.Duration // the least Call + lease of this attempt and the ones sent before it
+}
+
+// newLeaseBounds groups h's acquires with an owner by (key, owner), each
+// group in Call order with its running minimum.
+func newLeaseBounds(h []Op) leaseBounds {
+	b := make(leaseBounds)
+	for i := range h {
+		o := &h[i]
+		if o.Op == codec.OpAcquire && o.Owner != "" {
+			k := ownerKey{o.Key, o.Owner}
+			b[k] = append(b[k], attempt{call: o.Call, minEnd: o.Call + leaseDur(o.LeaseMs)})
+		}
+	}
+	for _, as := range b {
+		slices.SortStableFunc(as, func(x, y attempt) int { return cmp.Compare(x.call, y.call) })
+		for i := 1; i < len(as); i++ {
+			as[i].minEnd = min(as[i].minEnd, as[i-1].minEnd)
+		}
+	}
+	return b
+}
+
+// of is the time before which the lease of the grant the acquire o was
+// answered with surely does not end. Without an owner only o can have made
+// the grant: its own Call + lease.
+func (b leaseBounds) of(o *Op) time.Duration {
+	own := o.Call + leaseDur(o.LeaseMs)
+	if o.Owner == "" {
+		return own
+	}
+	as := b[ownerKey{o.Key, o.Owner}]
+	// n: the attempts sent at or before o's Return, o itself among them.
+	n, _ := slices.BinarySearchFunc(as, o.Return, func(a attempt, t time.Duration) int {
+		if a.call <= t {
+			return -1
+		}
+		return 1
+	})
+	if n == 0 {
+		return own
+	}
+	return min(own, as[n-1].minEnd)
+}
+
+// leaseDur converts a lease in ms to a duration.
+func leaseDur(ms uint32) time.Duration {
+	return time.Duration(ms) * time.Millisecond
 }
 
 // visualize writes kc's visualization into dir (a new temporary directory

@@ -36,6 +36,20 @@ func TestCheckTokens(t *testing.T) {
 			hHeld(1, "k", 0, 1, 1025),
 			hHeld(2, "k", 2, 3, 1025),
 		}},
+		{name: "one owner's token on two keys", want: []string{tok}, h: []Op{
+			hOwned(hGrant(1, "a", 1000, 0, 1, 1025), "o1"),
+			hOwned(hGrant(2, "b", 1000, 2, 3, 1025), "o1"),
+		}},
+		{name: "one owner's grant answered on two keys' queries", want: []string{tok}, h: []Op{
+			hOwned(hGrant(1, "a", 1000, 0, 1, 1025), "o1"),
+			hOwned(hHeld(2, "b", 2, 3, 1025), "o1"),
+		}},
+		{name: "an owner's grant answered to two attempts and shown", h: []Op{
+			hOwned(hGrant(1, "k", 1000, 0, 10, 1025), "o1"),
+			hOwned(hGrant(2, "k", 1000, 5, 6, 1025), "o1"),
+			hOwned(hHeld(3, "k", 7, 8, 1025), "o1"),
+			hOwned(hGrant(2, "k", 1000, 20, 21, 1025), "o1"),
+		}},
 	})
 }
 
@@ -52,6 +66,14 @@ func TestCheckTokensOrder(t *testing.T) {
 		{"smaller after a larger one returned", []Op{hGrant(1, "k", 1, 0, 1, 2049), hGrant(2, "k", 1, 2, 3, 1025)}, 1},
 		{"smaller than a grant two before", []Op{hGrant(1, "k", 1, 0, 1, 3073), hGrant(2, "k", 1, 2, 3, 4097), hGrant(3, "k", 1, 10, 11, 2049)}, 1},
 		{"per key", []Op{hGrant(1, "a", 1, 0, 1, 3073), hGrant(2, "b", 1, 2, 3, 2049)}, 0},
+		// Owners: the same token again is legal only for the same owner.
+		{"the same owner's token again", []Op{hOwned(hGrant(1, "k", 1, 0, 1, 1025), "o1"), hOwned(hGrant(2, "k", 1, 2, 3, 1025), "o1")}, 0},
+		{"the same token again without owners", []Op{hGrant(1, "k", 1, 0, 1, 1025), hGrant(2, "k", 1, 2, 3, 1025)}, 2},
+		{"the same token again for another owner", []Op{hOwned(hGrant(1, "k", 1, 0, 1, 1025), "o1"), hOwned(hGrant(2, "k", 1, 2, 3, 1025), "o2")}, 2},
+		{"the same owner's token after a larger one", []Op{
+			hOwned(hGrant(1, "k", 1, 0, 1, 1025), "o1"), hOwned(hGrant(2, "k", 1, 2, 3, 2049), "o2"), hOwned(hGrant(1, "k", 1, 4, 5, 1025), "o1"),
+		}, 1},
+		{"the same owner's token, smaller", []Op{hOwned(hGrant(1, "k", 1, 0, 1, 2049), "o1"), hOwned(hGrant(2, "k", 1, 2, 3, 1025), "o1")}, 1},
 	}
 	for _, tt := range tests {
 		if got := checkTokens(tt.h); len(got) != tt.want {
@@ -148,38 +170,49 @@ func TestCheckTimeoutInconclusive(t *testing.T) {
 
 // TestCheckSyntheticHistory: a history of a simulated correct server (~5,000
 // ops over 6 keys from 12 clients, with phantoms, expiries and a few dozen
-// unknown outcomes) passes in reasonable time; the same simulation with a
-// server that ends leases early is caught.
+// unknown outcomes) passes in reasonable time, with owners and retries too;
+// the same simulation with a server that ends leases early, or that hands
+// the holder's token to any owner, is caught.
 func TestCheckSyntheticHistory(t *testing.T) {
 	tests := []struct {
-		name   string
-		seed   uint64
-		stall  bool // leaderless spells: answers are held back, and so overlap
-		bug    bool
-		wantOK bool
+		name     string
+		seed     uint64
+		stall    bool // leaderless spells: answers are held back, and so overlap
+		owners   bool // every acquire names an owner, and a lost or MOVED one is retried with it
+		bug      bool
+		shareBug bool // with owners: an acquire of a held key gets the holder's token, whatever its owner
+		wantOK   bool
 	}{
-		{"correct server", 1, false, false, true},
-		{"correct server, another seed", 2, false, false, true},
-		{"correct server with leaderless spells", 3, true, false, true},
-		{"server ends leases early", 1, false, true, false},
+		{"correct server", 1, false, false, false, false, true},
+		{"correct server, another seed", 2, false, false, false, false, true},
+		{"correct server with leaderless spells", 3, true, false, false, false, true},
+		{"correct server with owners", 4, false, true, false, false, true},
+		{"correct server with owners, another seed", 5, false, true, false, false, true},
+		{"correct server with owners and leaderless spells", 6, true, true, false, false, true},
+		{"server ends leases early", 1, false, false, true, false, false},
+		{"server ends leases early, with owners", 4, false, true, true, false, false},
+		{"server shares a grant with another owner", 4, false, true, false, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			sim := newSimulation(tt.seed, tt.bug)
-			sim.stall = tt.stall
+			sim.stall, sim.owners, sim.shareBug = tt.stall, tt.owners, tt.shareBug
 			h := sim.run(5000)
 			start := time.Now()
 			rep := Check(h, nil, CheckConfig{AnswerBound: time.Second, OutDir: t.TempDir(), Timeout: time.Minute})
-			t.Logf("%d ops (%d to porcupine, %d unknown, %d phantoms seen, %d expiries), checked in %v",
-				len(h), rep.Ops, sim.unknown, sim.phantomsSeen, sim.expiries, time.Since(start).Round(time.Millisecond))
+			t.Logf("%d ops (%d to porcupine, %d unknown, %d phantoms seen, %d expiries, %d retries, %d answered with the owner's grant), checked in %v",
+				len(h), rep.Ops, sim.unknown, sim.phantomsSeen, sim.expiries, sim.retries, sim.retryHits, time.Since(start).Round(time.Millisecond))
 			if rep.OK() != tt.wantOK {
 				t.Errorf("OK() = %v, want %v; violations:\n%s", rep.OK(), tt.wantOK, strings.Join(rep.Violations, "\n"))
 			}
 			if tt.wantOK && (sim.unknown < 20 || sim.phantomsSeen == 0 || sim.expiries < 20) {
 				t.Errorf("the simulation is too tame to mean much: %d unknown, %d phantoms seen, %d expiries", sim.unknown, sim.phantomsSeen, sim.expiries)
 			}
+			if tt.wantOK && tt.owners && (sim.retries < 20 || sim.retryHits < 5) {
+				t.Errorf("too few retries to mean much: %d retries, %d answered with the owner's grant", sim.retries, sim.retryHits)
+			}
 			if !tt.wantOK && !strings.Contains(strings.Join(rep.Violations, "\n"), "linearizability") {
-				t.Errorf("the early expiry was not caught by porcupine: %v", rep.Violations)
+				t.Errorf("the bug was not caught by porcupine: %v", rep.Violations)
 			}
 		})
 	}
@@ -191,30 +224,36 @@ func TestCheckSyntheticHistory(t *testing.T) {
 // return, and the requests are applied in the order of those instants, so
 // the history is linearizable by construction.
 type simulation struct {
-	rng     *rand.Rand
-	bug     bool // leases end at 60% of what was asked for
-	stall   bool // see TestCheckSyntheticHistory
-	keys    []string
-	table   map[string]*simLock
-	counter uint64
-	clients []*simClient
-	queue   simQueue
-	hist    []Op
+	rng      *rand.Rand
+	bug      bool // leases end at 60% of what was asked for
+	stall    bool // see TestCheckSyntheticHistory
+	owners   bool // see TestCheckSyntheticHistory
+	shareBug bool // see TestCheckSyntheticHistory
+	ownerSeq int  // owners issued so far
+	keys     []string
+	table    map[string]*simLock
+	counter  uint64
+	clients  []*simClient
+	queue    simQueue
+	hist     []Op
 
 	unknown, phantomsSeen, expiries int
+	retries, retryHits              int // retries sent; acquires answered with their owner's grant
 }
 
 // simLock is the server's state of a key. known is false for a phantom:
 // a grant whose answer was lost.
 type simLock struct {
 	token    uint64
+	owner    string
 	expireAt time.Duration
 	known    bool
 }
 
 type simClient struct {
-	id   int
-	held map[string]uint64 // the grants this client knows it has
+	id    int
+	held  map[string]uint64 // the grants this client knows it has
+	retry *Op               // with owners: the acquire to send again, its answer having been lost or MOVED
 }
 
 // simEvent is a request waiting for its instant of effect.
@@ -271,6 +310,17 @@ func (s *simulation) run(n int) []Op {
 
 // next makes client c's next request, sent at call.
 func (s *simulation) next(c *simClient, call time.Duration) {
+	if c.retry != nil {
+		// As the Go client does: the same acquire again, with its owner,
+		// after a reconnect's backoff, which gives others time to see the
+		// grant it may have made as a phantom.
+		op := *c.retry
+		call += 2*time.Millisecond + s.micros(8000)
+		c.retry, op.Call = nil, call
+		s.retries++
+		heap.Push(&s.queue, &simEvent{at: call + s.micros(3000), op: op, cli: c})
+		return
+	}
 	key := s.keys[s.rng.IntN(len(s.keys))]
 	op := Op{Conn: c.id, Key: key, Call: call}
 	r := s.rng.IntN(100)
@@ -290,6 +340,10 @@ func (s *simulation) next(c *simClient, call time.Duration) {
 			op.WaitMs = codec.WaitNone
 			if s.rng.IntN(2) == 0 {
 				op.WaitMs = int64(5 + s.rng.IntN(20))
+			}
+			if s.owners {
+				s.ownerSeq++
+				op.Owner = fmt.Sprintf("c%d-%d", c.id, s.ownerSeq)
 			}
 		case r < 95:
 			op.Op = codec.OpQuery
@@ -329,6 +383,11 @@ func (s *simulation) apply(e *simEvent) time.Duration {
 	case r < 3:
 		fate = fateLostNone
 	}
+	if s.owners && op.Op == codec.OpAcquire && fate == fateAnswered && s.rng.IntN(100) < 4 {
+		// With owners, acquires lose more answers after taking effect,
+		// so that enough retries find their owner's grant.
+		fate = fateLostEffect
+	}
 	op.Answered = true
 	op.Return = now + s.micros(3000)
 	if s.stall {
@@ -340,6 +399,14 @@ func (s *simulation) apply(e *simEvent) time.Duration {
 	switch {
 	case fate == fateMoved || fate == fateLostNone:
 		op.Status = codec.StatusMoved
+	case op.Op == codec.OpAcquire && lk != nil && op.Owner != "" && (lk.owner == op.Owner || s.shareBug):
+		// The owner's grant holds the key: its token, lease untouched.
+		op.Status, op.RespToken = codec.StatusOK, lk.token
+		c.held[op.Key] = lk.token
+		lk.known = lk.known || fate == fateAnswered
+		if lk.owner == op.Owner {
+			s.retryHits++
+		}
 	case op.Op == codec.OpAcquire && lk == nil:
 		s.counter++
 		tok := s.counter*1024 + uint64(op.Key[len(op.Key)-1]-'0') // shard in the low bits, as baton does
@@ -348,7 +415,7 @@ func (s *simulation) apply(e *simEvent) time.Duration {
 			lease = lease * 6 / 10
 		}
 		// A correct server may hold the lock somewhat longer, never shorter.
-		s.table[op.Key] = &simLock{token: tok, expireAt: now + lease + s.micros(2000), known: fate == fateAnswered}
+		s.table[op.Key] = &simLock{token: tok, owner: op.Owner, expireAt: now + lease + s.micros(2000), known: fate == fateAnswered}
 		op.Status, op.RespToken = codec.StatusOK, tok
 		c.held[op.Key] = tok
 	case op.Op == codec.OpAcquire:
@@ -369,7 +436,7 @@ func (s *simulation) apply(e *simEvent) time.Duration {
 			delete(c.held, op.Key)
 		}
 	case lk != nil: // a query
-		op.Status, op.RespToken = codec.StatusHeld, lk.token
+		op.Status, op.RespToken, op.RespOwner = codec.StatusHeld, lk.token, lk.owner
 		op.RemainingMs = uint64((lk.expireAt - now + time.Millisecond - 1) / time.Millisecond)
 		if !lk.known {
 			s.phantomsSeen++
@@ -377,9 +444,12 @@ func (s *simulation) apply(e *simEvent) time.Duration {
 	default:
 		op.Status = codec.StatusFree
 	}
+	if fate != fateAnswered && op.Op == codec.OpAcquire && op.Owner != "" {
+		c.retry = &Op{Conn: op.Conn, Op: op.Op, Key: op.Key, LeaseMs: op.LeaseMs, WaitMs: op.WaitMs, Owner: op.Owner}
+	}
 	if fate == fateLostEffect || fate == fateLostNone {
 		// The client cannot know what became of it.
-		op.Answered, op.Status, op.RespToken, op.RemainingMs = false, 0, 0, 0
+		op.Answered, op.Status, op.RespToken, op.RemainingMs, op.RespOwner = false, 0, 0, 0, ""
 		if s.rng.IntN(2) == 0 {
 			op.Answered, op.Status, op.Code = true, codec.StatusErr, codec.CodeUnavailable
 		}

@@ -15,12 +15,14 @@ type Op struct {
 	LeaseMs     uint32        // A, K
 	WaitMs      int64         // A (codec.WaitNone = -1 try-lock, 0 forever)
 	Token       uint64        // R (0: whoever holds), K
+	Owner       string        // A: the owner it names (protocol 1.1); "" when none
 	Call        time.Duration // since the recorder started: before the request's bytes were written
 	Return      time.Duration // when its answer line was read, or when it became unknown
 	Answered    bool          // false: no answer came (the connection failed first, or the run ended)
 	Status      codec.Status  // the answer, when Answered
 	RespToken   uint64        // A OK, Q HELD
 	RemainingMs uint64        // Q HELD
+	RespOwner   string        // Q HELD: the holder's owner, as shown; "" when the grant has none
 	Code        string        // ERR code
 }
 
@@ -91,7 +93,7 @@ func (o *Op) String() string {
 
 // appendRequest appends o's request line, without its LF.
 func appendRequest(b []byte, o *Op) []byte {
-	req := codec.Request{Op: o.Op, Key: []byte(o.Key), LeaseMs: o.LeaseMs, WaitMs: o.WaitMs, Token: o.Token}
+	req := codec.Request{Op: o.Op, Key: []byte(o.Key), LeaseMs: o.LeaseMs, WaitMs: o.WaitMs, Token: o.Token, Owner: []byte(o.Owner)}
 	b = codec.AppendRequest(b, &req)
 	return b[:len(b)-1]
 }
@@ -112,11 +114,24 @@ func appendAnswer(b []byte, o *Op) []byte {
 		b = strconv.AppendUint(b, o.RespToken, 10)
 		b = append(b, ' ')
 		b = strconv.AppendUint(b, o.RemainingMs, 10)
+		if o.RespOwner != "" {
+			b = append(b, ' ')
+			b = append(b, o.RespOwner...)
+		}
 	case o.Status == codec.StatusErr:
 		b = append(b, ' ')
 		b = append(b, o.Code...)
 	}
 	return b
+}
+
+// grantOwner is the owner o names for the grant of its token: the
+// request's owner for an A answered OK, the owner shown for a Q HELD.
+func (o *Op) grantOwner() string {
+	if o.Op == codec.OpQuery {
+		return o.RespOwner
+	}
+	return o.Owner
 }
 
 // appendMs appends d in milliseconds with three decimals: histories span

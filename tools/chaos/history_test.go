@@ -48,21 +48,32 @@ func hHeld(conn int, key string, call, ret int, tok uint64) Op {
 		Call: msec(call), Return: msec(ret), Answered: true, Status: codec.StatusHeld, RespToken: tok, RemainingMs: 1}
 }
 
+// hOwned gives o the owner it names: the request's owner for an A, the
+// owner shown for a Q HELD.
+func hOwned(o Op, owner string) Op {
+	if o.Op == codec.OpQuery {
+		o.RespOwner = owner
+	} else {
+		o.Owner = owner
+	}
+	return o
+}
+
 // hLost makes o unanswered: its connection failed at its Return.
 func hLost(o Op) Op {
-	o.Answered, o.Status, o.RespToken, o.RemainingMs = false, 0, 0, 0
+	o.Answered, o.Status, o.RespToken, o.RemainingMs, o.RespOwner = false, 0, 0, 0, ""
 	return o
 }
 
 // hFailed makes o answered ERR code.
 func hFailed(o Op, code string) Op {
-	o.Status, o.RespToken, o.RemainingMs, o.Code = codec.StatusErr, 0, 0, code
+	o.Status, o.RespToken, o.RemainingMs, o.RespOwner, o.Code = codec.StatusErr, 0, 0, "", code
 	return o
 }
 
 // hMoved makes o answered MOVED.
 func hMoved(o Op) Op {
-	o.Status, o.RespToken, o.RemainingMs = codec.StatusMoved, 0, 0
+	o.Status, o.RespToken, o.RemainingMs, o.RespOwner = codec.StatusMoved, 0, 0, ""
 	return o
 }
 
@@ -102,6 +113,9 @@ func TestOpString(t *testing.T) {
 		{hHeld(2, "x/y", 5, 6, 2049), "conn 2 Q x/y [5.000ms, 6.000ms] HELD 2049 1"},
 		{hFailed(hExtend(1, "k", 7, 50, 0, 1, codec.StatusOK), "unavailable"), "conn 1 K k 7 50 [0.000ms, 1.000ms] ERR unavailable"},
 		{hLost(hRelease(1, "k", 9, 0, 1, codec.StatusOK)), "conn 1 R k 9 [0.000ms, 1.000ms] unanswered"},
+		{hOwned(hGrant(1, "k", 100, 1, 2, 1025), "o1"), "conn 1 A k 100 -1 o1 [1.000ms, 2.000ms] OK 1025"},
+		{hOwned(hHeld(2, "k", 5, 6, 1025), "o1"), "conn 2 Q k [5.000ms, 6.000ms] HELD 1025 1 o1"},
+		{hLost(hOwned(hGrant(1, "k", 100, 1, 2, 0), "o1")), "conn 1 A k 100 -1 o1 [1.000ms, 2.000ms] unanswered"},
 	}
 	for _, tt := range tests {
 		if got := tt.op.String(); got != tt.want {

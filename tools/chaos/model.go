@@ -19,11 +19,16 @@ import (
 
 // lockState is the model's state of one key. It is a small comparable
 // value, so that porcupine can compare and cache states cheaply. All times
-// are nanoseconds on the recorder's clock.
+// are nanoseconds on the recorder's clock. An owner is "" when the grant
+// has none, and whenever its token is 0, so that two states that mean the
+// same are equal.
 type lockState struct {
 	// holder is the token of the grant the model knows holds the key; 0
 	// when it knows of none (a phantom may still hold it).
 	holder uint64
+	// holderOwner is the owner the holder's acquire named: an acquire with
+	// it is answered with holder's token, and a query shows it.
+	holderOwner string
 	// expiryLB: the holder's lease surely does not end before this time.
 	expiryLB int64
 	// maxToken is the largest token observed so far: no grant after it may
@@ -33,6 +38,8 @@ type lockState struct {
 	// be seen again while it lasts; 0 when none. ghost != 0 implies
 	// holder == 0.
 	ghost uint64
+	// ghostOwner is the owner the query showed for ghost.
+	ghostOwner string
 	// floor is a lower bound on the current time in the linearization: some
 	// earlier op saw a lease end, so every later op returned after it.
 	floor int64
@@ -44,6 +51,13 @@ type lockInput struct {
 	token   uint64 // R (0: whoever holds), K
 	leaseMs uint32 // A, K
 	waitMs  int64  // A
+	owner   string // A: "" when none
+	// leaseLB, for an A: the lease of the grant it is answered with surely
+	// does not end before this. With an owner, the grant may have been made
+	// by any attempt of the same acquire, so it is the least Call + lease
+	// among the acquires of this key and owner sent before this one
+	// returned (leaseBounds); without, call + leaseMs.
+	leaseLB int64
 	call    int64  // ns
 	ret     int64  // ns; math.MaxInt64 when the outcome is unknown
 	unknown bool   // no answer or ERR: it may take effect, at any time after call
@@ -57,6 +71,7 @@ type lockOutput struct {
 	status    codec.Status
 	token     uint64 // A OK, Q HELD
 	remaining uint64 // Q HELD
+	owner     string // Q HELD: the owner shown, "" when none
 	code      string
 }
 
@@ -106,42 +121,77 @@ func step(s lockState, in lockInput, out lockOutput) []any {
 	return nil
 }
 
-// stepAcquire: an OK must find the key free and bring a new, larger token.
-// A TIMEOUT is always possible (a phantom may hold the key) and an unknown
-// acquire changes nothing the model can see: at most it made a phantom.
+// stepAcquire: an OK is a new grant, which must find the key free and
+// bring a new, larger token, or, for an acquire with an owner, the grant of
+// that owner that holds the key: a retry, or one of several acquires of the
+// owner that waited together. A TIMEOUT is always possible (a phantom may
+// hold the key) and an unknown acquire changes nothing the model can see:
+// at most it made a phantom, or was a retry, which changes nothing.
+//
+// The three cases exclude each other (a new token is above maxToken, holder
+// and ghost are not, and ghost != 0 only without a holder), so an OK leads
+// to one state at most.
 func stepAcquire(s lockState, in lockInput, out lockOutput) []any {
 	if in.unknown || out.status != codec.StatusOK {
 		return []any{s}
 	}
+	t := out.token
+	switch {
+	case in.owner != "" && t == s.holder && in.owner == s.holderOwner:
+		// The owner's grant holds the key: the server answers with its
+		// token, and neither issues a new one nor touches the lease.
+		return []any{s}
+	case in.owner != "" && t == s.ghost && in.owner == s.ghostOwner:
+		// The phantom a query saw was this owner's grant, made by an
+		// attempt whose answer was lost; now its owner knows it. Only the
+		// owner the query showed may get it: one grant has one owner.
+		s.holder, s.holderOwner, s.expiryLB = t, in.owner, in.leaseLB
+		s.ghost, s.ghostOwner = 0, ""
+		return []any{s}
+	}
 	f, ok := free(s, in.ret)
-	if !ok || out.token <= s.maxToken {
+	if !ok || t <= s.maxToken {
 		return nil
 	}
-	f.holder, f.expiryLB, f.ghost, f.maxToken = out.token, in.call+msNanos(in.leaseMs), 0, out.token
+	f.holder, f.holderOwner, f.expiryLB, f.maxToken = t, in.owner, in.leaseLB, t
+	f.ghost, f.ghostOwner = 0, ""
 	return []any{f}
 }
 
 // stepQuery: FREE needs a key that may be free. HELD names the known holder,
 // or a phantom: one seen before, or a new one with a larger token, which
-// could only have been granted if the key may be free.
+// could only have been granted if the key may be free. The owner shown is
+// the grant's: the holder's, or the one shown when the phantom was first
+// seen.
 func stepQuery(s lockState, in lockInput, out lockOutput) []any {
 	if out.status == codec.StatusFree {
 		f, ok := free(s, in.ret)
 		if !ok {
 			return nil
 		}
-		f.ghost = 0
+		f.ghost, f.ghostOwner = 0, ""
 		return []any{f}
 	}
 	x := out.token
 	if x == s.holder {
+		if out.owner != s.holderOwner {
+			return nil
+		}
 		return []any{s}
 	}
 	f, ok := free(s, in.ret)
-	if !ok || x <= s.maxToken && x != s.ghost {
+	switch {
+	case !ok:
+		return nil
+	case x == s.ghost:
+		if out.owner != s.ghostOwner {
+			return nil
+		}
+	case x <= s.maxToken:
 		return nil
 	}
-	f.holder, f.ghost, f.maxToken = 0, x, max(f.maxToken, x)
+	f.holder, f.holderOwner = 0, ""
+	f.ghost, f.ghostOwner, f.maxToken = x, out.owner, max(f.maxToken, x)
 	return []any{f}
 }
 
@@ -151,11 +201,11 @@ func stepQuery(s lockState, in lockInput, out lockOutput) []any {
 func releaseOK(s lockState, in lockInput) (lockState, bool) {
 	switch {
 	case in.token == 0:
-		s.holder, s.ghost = 0, 0
+		s.holder, s.holderOwner, s.ghost, s.ghostOwner = 0, "", 0, ""
 	case in.token == s.holder:
-		s.holder = 0
+		s.holder, s.holderOwner = 0, ""
 	case in.token == s.ghost:
-		s.ghost = 0
+		s.ghost, s.ghostOwner = 0, ""
 	default:
 		return s, false
 	}
@@ -165,12 +215,12 @@ func releaseOK(s lockState, in lockInput) (lockState, bool) {
 // extendOK is the state after an extend that succeeded, and whether one
 // could: the grant holds the key and its lease now surely lasts until L
 // after the request was sent. A phantom the client learned of from a query
-// becomes the known holder.
+// becomes the known holder, with the owner the query showed.
 func extendOK(s lockState, in lockInput) (lockState, bool) {
 	switch {
 	case in.token == s.holder:
 	case in.token == s.ghost:
-		s.holder, s.ghost = s.ghost, 0
+		s.holder, s.holderOwner, s.ghost, s.ghostOwner = s.ghost, s.ghostOwner, 0, ""
 	default:
 		return s, false
 	}
@@ -186,11 +236,11 @@ func notHeld(s lockState, in lockInput) (lockState, bool) {
 	switch {
 	case in.token == 0:
 		f, ok := free(s, in.ret)
-		f.ghost = 0
+		f.ghost, f.ghostOwner = 0, ""
 		return f, ok
 	case in.token != s.holder:
 		if in.token == s.ghost {
-			s.ghost = 0 // the phantom is gone, and a token never comes back
+			s.ghost, s.ghostOwner = 0, "" // the phantom is gone, and a token never comes back
 		}
 		return s, true
 	}
@@ -214,7 +264,7 @@ func expire(s lockState, ret int64) (lockState, bool) {
 	if ret < s.expiryLB {
 		return s, false
 	}
-	s.holder = 0
+	s.holder, s.holderOwner = 0, ""
 	s.floor = max(s.floor, s.expiryLB)
 	return s, true
 }
@@ -249,6 +299,14 @@ func hashState(state any) uint64 {
 	for _, v := range [...]uint64{s.holder, uint64(s.expiryLB), s.maxToken, s.ghost, uint64(s.floor)} {
 		h = (h ^ v) * 1099511628211
 	}
+	// The owners byte by byte, with a separator, so that ("ab", "") and
+	// ("a", "b") differ.
+	for _, o := range [...]string{s.holderOwner, s.ghostOwner} {
+		for i := 0; i < len(o); i++ {
+			h = (h ^ uint64(o[i])) * 1099511628211
+		}
+		h = (h ^ 0x100) * 1099511628211
+	}
 	return h
 }
 
@@ -267,6 +325,10 @@ func describeOperation(input, output any) string {
 		b = strconv.AppendUint(b, uint64(in.leaseMs), 10)
 		b = append(b, " wait "...)
 		b = strconv.AppendInt(b, in.waitMs, 10)
+		if in.owner != "" {
+			b = append(b, " owner "...)
+			b = append(b, in.owner...)
+		}
 	case codec.OpRelease:
 		if in.token != 0 {
 			b = append(b, ' ')
@@ -299,6 +361,10 @@ func describeOperation(input, output any) string {
 		b = append(b, ' ')
 		b = strconv.AppendUint(b, out.remaining, 10)
 		b = append(b, "ms left"...)
+		if out.owner != "" {
+			b = append(b, ", owner "...)
+			b = append(b, out.owner...)
+		}
 	}
 	b = append(b, " @"...)
 	b = appendMs(b, time.Duration(in.ret))
@@ -312,6 +378,7 @@ func describeState(state any) string {
 	if s.holder != 0 {
 		b = append(b, "held by "...)
 		b = strconv.AppendUint(b, s.holder, 10)
+		b = appendOwner(b, s.holderOwner)
 		b = append(b, " until >= "...)
 		b = appendMs(b, time.Duration(s.expiryLB))
 	} else {
@@ -320,6 +387,7 @@ func describeState(state any) string {
 	if s.ghost != 0 {
 		b = append(b, ", phantom "...)
 		b = strconv.AppendUint(b, s.ghost, 10)
+		b = appendOwner(b, s.ghostOwner)
 	}
 	b = append(b, ", max token "...)
 	b = strconv.AppendUint(b, s.maxToken, 10)
@@ -328,6 +396,16 @@ func describeState(state any) string {
 		b = appendMs(b, time.Duration(s.floor))
 	}
 	return string(b)
+}
+
+// appendOwner appends " (owner O)" when the grant has an owner.
+func appendOwner(b []byte, owner string) []byte {
+	if owner == "" {
+		return b
+	}
+	b = append(b, " (owner "...)
+	b = append(b, owner...)
+	return append(b, ')')
 }
 
 // unknownReturn is the return time the model gives an op whose outcome is

@@ -214,7 +214,10 @@ func (c *recConn) registerLocked(req *codec.Request, t time.Duration) {
 	op := Op{
 		Conn: c.id, Op: req.Op, Key: r.internLocked(req.Key),
 		LeaseMs: req.LeaseMs, WaitMs: req.WaitMs, Token: req.Token,
-		Call: t,
+		// A copy: req.Owner aliases the caller's buffer. Owners are not
+		// interned like keys, since each acquire has its own.
+		Owner: string(req.Owner),
+		Call:  t,
 	}
 	if c.dead {
 		op.Return = t
@@ -298,6 +301,7 @@ func (c *recConn) answerLocked(line []byte, t time.Duration) {
 	op := &r.ops[i]
 	op.Return, op.Answered, op.Status = t, true, resp.Status
 	op.RespToken, op.RemainingMs = resp.Token, resp.RemainingMs
+	op.RespOwner = string(resp.Owner) // a copy: resp.Owner aliases rbuf
 	if resp.Status == codec.StatusErr {
 		op.Code = string(resp.Code)
 	}

@@ -431,3 +431,44 @@ func TestRecorderConnNumbers(t *testing.T) {
 		_ = s.Close()
 	}
 }
+
+// TestRecorderOwners: the owner of an acquire (protocol 1.1) and the owner
+// a query shows are recorded, as copies: the bytes they were parsed from
+// are reused at once.
+func TestRecorderOwners(t *testing.T) {
+	rec, c, srv := recPipe(t)
+	done := recServe(srv, 3, "A k OK 1025\nQ k HELD 1025 999 9f86d081884c7d659a2feaa0c55ad015\nA k TIMEOUT\n")
+	buf := []byte("A k 1000 -1 9f86d081884c7d659a2feaa0c55ad015\nQ k\nA k 1000 -1\n")
+	if _, err := c.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	for i := range buf {
+		buf[i] = 'x' // the caller's buffer is its own again
+	}
+	recReadLines(t, c, 3, 5) // small reads, so the answer buffer is reused
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	rec.Finish()
+	const owner = "9f86d081884c7d659a2feaa0c55ad015"
+	h := rec.History()
+	if len(h) != 3 {
+		t.Fatalf("history %v, want 3 ops", h)
+	}
+	if h[0].Owner != owner || h[1].RespOwner != owner || h[2].Owner != "" || h[0].RespOwner != "" {
+		t.Errorf("owners %q, %q (shown), %q: want %q, %q, none", h[0].Owner, h[1].RespOwner, h[2].Owner, owner, owner)
+	}
+	want := []string{
+		"A k 1000 -1 " + owner + " -> OK 1025",
+		"Q k -> HELD 1025 999 " + owner,
+		"A k 1000 -1 -> TIMEOUT",
+	}
+	for i, o := range h {
+		if got := string(appendRequest(nil, &o)) + " -> " + answerText(o); got != want[i] {
+			t.Errorf("op %d: %q, want %q", i, got, want[i])
+		}
+	}
+	if p := rec.Problems(); len(p) != 0 {
+		t.Errorf("problems: %v", p)
+	}
+}
