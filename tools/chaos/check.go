@@ -28,8 +28,10 @@ type CheckConfig struct {
 	// Timeout is porcupine's time budget for the whole history (the keys
 	// are checked in parallel within it); 0 means DefaultCheckTimeout. A
 	// timeout is reported as inconclusive (a violation line saying so),
-	// never as a pass. Drawing the visualization of a key found not
-	// linearizable reruns its check and may take up to Timeout again.
+	// never as a pass, with what a sweep of the key found (see sweep.go),
+	// which takes up to sweepBudget more. Drawing the visualization of a
+	// key found not linearizable reruns its check and may take up to
+	// Timeout again.
 	Timeout time.Duration
 }
 

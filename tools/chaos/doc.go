@@ -52,7 +52,33 @@
 // A porcupine timeout is a finding too ("inconclusive"), never a pass. When
 // porcupine finds a key not linearizable, the HTML visualization of that
 // key's history and its longest partial linearizations is written to
-// CheckConfig.OutDir and named in the report.
+// CheckConfig.OutDir and named in the report. When it runs out of time on
+// a key, a cheaper sweep (sweep.go) goes through that key's calls and
+// returns in time order and names the first op past which no linearization
+// is left, if there is one: it lets ops of unknown outcome take effect any
+// number of times, so it never flags what porcupine would pass.
+//
+// # When a run fails
+//
+// The run writes into its OutDir, besides summary.txt, what it takes to
+// find out why, long after the cluster is gone, and names the files in
+// the failure message: for every key a violation names, history-<key>.txt
+// (the key made file-safe) with every wire op of the key (Op.String, in
+// Call order) and, on one timeline, the workload's client-level events of
+// the key (each Acquire, Extend, Release and Query with its times, lease,
+// token, owner and outcome) and the fenced resource's writes (stamp,
+// token, verdict, the holder's sure interval then); and faults.txt, with
+// the schedule and the faults as injected. The workload's log is a slice
+// of small structs per worker, bounded (maxEventsPerWorker, maxWrites).
+//
+// A fence violation's line explains itself: both holders' Acquire (call,
+// return, lease, owner) and later extends, and the wire ops of their
+// tokens and of their Acquire's owner, marking which request the wire
+// answered with each token. The owner is what ties a worker's Acquire to
+// its requests: a token answered on the wire only to another owner's
+// request is a pairing mix-up in the client; two tokens answered to their
+// own holders' requests mean the server granted the second inside the
+// first's lease.
 //
 // # The model
 //

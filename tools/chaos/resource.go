@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -24,8 +25,14 @@ type Resource struct {
 	mu         sync.Mutex
 	keys       map[string]*fence
 	stats      FenceStats
-	violations []string
+	violations []WriteEvent
+	writes     []WriteEvent // every write, up to maxWrites, for a failure's history files
+	dropped    int          // writes past maxWrites
 }
+
+// maxWrites bounds the resource's write log. A 30-minute run makes some
+// 100,000 writes; the bound only keeps a runaway run's memory in check.
+const maxWrites = 1 << 20
 
 // fence is the state of one key's register: its highest token so far and
 // who wrote it when, to name it in a violation.
@@ -66,20 +73,35 @@ func (r *Resource) Write(h *Holding) bool {
 		f = &fence{}
 		r.keys[h.Key] = f
 	}
-	if h.Token >= f.token {
+	w := WriteEvent{
+		At: at, From: h.From, SureUntil: h.SureUntil, Token: h.Token,
+		Fence: f.token, FenceWorker: f.worker, FenceAt: f.at,
+		Key: h.Key, Worker: h.Worker, Accepted: h.Token >= f.token,
+	}
+	if len(r.writes) < maxWrites {
+		r.writes = append(r.writes, w)
+	} else {
+		r.dropped++
+	}
+	switch {
+	case w.Accepted:
 		*f = fence{token: h.Token, worker: h.Worker, at: at}
 		r.stats.Accepted++
-		return true
-	}
-	if !h.Covers(at) {
+	case !w.covered():
 		r.stats.RejectedLate++
-		return false
+	default:
+		r.stats.Violations++
+		r.violations = append(r.violations, w)
 	}
-	r.stats.Violations++
-	r.violations = append(r.violations, fmt.Sprintf(
+	return w.Accepted
+}
+
+// fenceText is the violation line of a write rejected inside its holder's
+// sure interval.
+func fenceText(w WriteEvent) string {
+	return fmt.Sprintf(
 		"key %s: write at %v by worker %d with token %d rejected, yet its lease surely covered [%v, %v): the resource had taken token %d from worker %d at %v",
-		h.Key, at, h.Worker, h.Token, h.From, h.SureUntil, f.token, f.worker, f.at))
-	return false
+		w.Key, w.At, w.Worker, w.Token, w.From, w.SureUntil, w.Fence, w.FenceWorker, w.FenceAt)
 }
 
 // Stats returns the counts so far.
@@ -94,7 +116,27 @@ func (r *Resource) Stats() FenceStats {
 func (r *Resource) Violations() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]string(nil), r.violations...)
+	lines := make([]string, len(r.violations))
+	for i, w := range r.violations {
+		lines[i] = fenceText(w)
+	}
+	return lines
+}
+
+// RejectedInside returns the writes rejected inside their holder's sure
+// interval (those Violations describes), for a run to explain them.
+func (r *Resource) RejectedInside() []WriteEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.violations)
+}
+
+// Writes returns every write the resource was offered, in the order of
+// their stamps, and how many were left out of the log when it was full.
+func (r *Resource) Writes() (writes []WriteEvent, dropped int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.writes), r.dropped
 }
 
 // Holding is one grant as its holder sees it, with the interval in which

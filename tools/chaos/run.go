@@ -99,7 +99,8 @@ type Config struct {
 	Workers int
 	Clients int
 	Keys    []string
-	// OutDir receives the summary and any visualization; "" means a
+	// OutDir receives the summary, any visualization and, when the run
+	// fails, the files to analyse it (Result.Files); "" means a
 	// directory of the run's own under $CHAOS_OUT when that is set, else a
 	// temporary directory kept only if the test fails.
 	OutDir string
@@ -150,7 +151,8 @@ type Violation struct {
 
 // Result is what a chaos run found.
 type Result struct {
-	Config       Config // as run, defaults filled in
+	Config       Config  // as run, defaults filled in
+	Schedule     []Fault // as drawn; the run injects those that fit in its time
 	Faults       []FaultRecord
 	Gaps         []time.Duration // per fault: the longest time without a grant it caused
 	Report       Report          // Check's
@@ -159,7 +161,11 @@ type Result struct {
 	Availability []KindAvailability
 	Violations   []Violation
 	OutDir       string
-	Summary      string
+	// Files are what a failed run wrote into OutDir to be analysed:
+	// history-<key>.txt for every key a violation names, and faults.txt
+	// (see writeFailureFiles). None when the run passed.
+	Files   []string
+	Summary string
 }
 
 // Failed reports whether any checker found anything.
@@ -197,6 +203,9 @@ func (r Result) Verify(t testing.TB) {
 	if r.Report.Visualization != "" {
 		msg += "; visualization: " + r.Report.Visualization
 	}
+	if len(r.Files) > 0 {
+		msg += "; histories and faults: " + strings.Join(r.Files, ", ")
+	}
 	t.Error(msg)
 }
 
@@ -217,6 +226,7 @@ func Run(t *testing.T, cfg Config) Result {
 		schedule = DrawSchedule(rand.New(rand.NewPCG(cfg.Seed, 0)), cfg.Duration)
 	}
 	t.Logf("chaos: schedule of %d faults (the run injects those that fit in its time):\n%s", len(schedule), scheduleText(schedule))
+	res.Schedule = schedule
 	res.OutDir = outDir(t, cfg)
 
 	bin := cfg.Bin
@@ -287,6 +297,11 @@ func Run(t *testing.T, cfg Config) Result {
 		}
 	}
 	history := rec.History()
+	// The client-level side of the run, kept for a failure's files and to
+	// explain a fence violation.
+	d := &failureData{history: history, schedule: schedule}
+	d.events, d.eventsDropped = wl.Events()
+	d.writes, d.writesDropped = resource.Writes()
 	res.Report = Check(history, rec.Problems(), CheckConfig{AnswerBound: AnswerBound, OutDir: res.OutDir, Timeout: cfg.CheckTimeout})
 	for _, v := range res.Report.Violations {
 		checker, text, ok := strings.Cut(v, ": ")
@@ -295,8 +310,12 @@ func Run(t *testing.T, cfg Config) Result {
 		}
 		res.add(checker, text)
 	}
-	for _, v := range resource.Violations() {
-		res.add(CheckerFence, v)
+	for i, w := range resource.RejectedInside() {
+		text := fenceText(w)
+		if i < maxLinesPerChecker { // the first few say it all, and each explanation scans the history
+			text += fenceDetail(w, d.events, history)
+		}
+		res.add(CheckerFence, text)
 	}
 	for _, e := range in.exits {
 		res.add(CheckerNodeExit, e)
@@ -307,6 +326,13 @@ func Run(t *testing.T, cfg Config) Result {
 
 	res.Gaps = faultGaps(res.Faults, grantTimes(history), rec.Since())
 	res.Availability = availabilityByKind(res.Faults, res.Gaps)
+	if res.Failed() {
+		files, err := writeFailureFiles(&res, d)
+		res.Files = files
+		if err != nil {
+			t.Logf("chaos: %v", err)
+		}
+	}
 	res.Summary = summary(res)
 	t.Logf("chaos: summary\n%s", res.Summary)
 	path := filepath.Join(res.OutDir, "summary.txt")
@@ -596,6 +622,9 @@ func summary(r Result) string {
 	}
 	if r.Report.Visualization != "" {
 		fmt.Fprintf(&b, "visualization: %s\n", r.Report.Visualization)
+	}
+	for _, f := range r.Files {
+		fmt.Fprintf(&b, "for analysis: %s\n", f)
 	}
 	return b.String()
 }

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,10 @@ const (
 	// at once, and without a pause the workers would spin and starve the
 	// nodes that are starting.
 	unavailableBackoff = 50 * time.Millisecond
+	// maxEventsPerWorker bounds each worker's event log (see CallEvent).
+	// A 30-minute run logs some 20,000 events per worker and 100,000 for
+	// the prober; the bound only stops a runaway loop from eating memory.
+	maxEventsPerWorker = 1 << 18
 )
 
 // CallGrace is how late past its context's deadline a client call may
@@ -168,6 +173,20 @@ func (w *Workload) Stats() WorkloadStats {
 	return s
 }
 
+// Events returns every worker's client-level events (the prober's too), in
+// Call order, and how many were left out because a worker's log was full.
+// Call it after the workers stopped.
+func (w *Workload) Events() (events []CallEvent, dropped int) {
+	for _, wk := range w.workers {
+		wk.mu.Lock()
+		events = append(events, wk.events...)
+		dropped += wk.dropped
+		wk.mu.Unlock()
+	}
+	slices.SortStableFunc(events, func(a, b CallEvent) int { return cmp.Compare(a.Call, b.Call) })
+	return events, dropped
+}
+
 // String renders the counts sorted by kind, for the summary.
 func (s WorkloadStats) String() string {
 	keys := make([]string, 0, len(s.Ops))
@@ -198,10 +217,12 @@ type worker struct {
 	recent      []recentToken // past grants, for stale releases
 	unavailable bool          // the last call found no server
 
-	mu         sync.Mutex // guards what Stats reads
+	mu         sync.Mutex // guards what Stats and Events read
 	ops        map[string]int
 	late       []string
 	unexpected []string
+	events     []CallEvent // up to maxEventsPerWorker
+	dropped    int         // events past that bound
 }
 
 // recentToken is a grant a worker held once.
@@ -292,12 +313,13 @@ func (wk *worker) probe() {
 		if wk.stopped() {
 			return
 		}
-		key := keys[i%len(keys)]
-		wk.call("probe", callSlack, func(ctx context.Context) error {
-			lock, err := wk.cl.TryAcquire(ctx, key, probeLease)
+		ev := CallEvent{Kind: "probe", Key: keys[i%len(keys)], Lease: probeLease, Wait: client.NoWait}
+		wk.call(&ev, callSlack, func(ctx context.Context) error {
+			lock, err := wk.cl.TryAcquire(ctx, ev.Key, probeLease)
 			if err != nil {
 				return err
 			}
+			ev.Token, ev.Owner = lock.Token(), lock.Owner()
 			return lock.Release(ctx)
 		})
 		wk.pause(probeEvery)
@@ -312,29 +334,44 @@ func randDuration(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 }
 
 // call runs one client call under a context bounded by bound, counts its
-// outcome under kind and checks that it returned in time. It returns the
-// call's time on the recorder's clock (before fn ran) and its error.
-func (wk *worker) call(kind string, bound time.Duration, fn func(ctx context.Context) error) (time.Duration, error) {
+// outcome under ev.Kind, checks that it returned in time and logs ev, with
+// its times and outcome filled in. fn may fill in what only the call learns
+// (a grant's token and owner). It returns the call's time on the
+// recorder's clock (before fn ran) and its error.
+func (wk *worker) call(ev *CallEvent, bound time.Duration, fn func(ctx context.Context) error) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	start := wk.cfg.Clock()
 	err := fn(ctx)
-	took := wk.cfg.Clock() - start
+	end := wk.cfg.Clock()
+	took := end - start
 	wk.mu.Lock()
 	defer wk.mu.Unlock()
 	outcome := outcomeOf(err)
 	wk.unavailable = outcome == "unavailable"
-	wk.ops[kind+" "+outcome]++
+	wk.ops[ev.Kind+" "+outcome]++
 	if took > bound+CallGrace {
 		wk.late = append(wk.late, fmt.Sprintf("worker %d: %s called at %v returned after %v, its context's bound is %v (%s)",
-			wk.id, kind, start, took, bound, outcome))
+			wk.id, ev.Kind, start, took, bound, outcome))
 	}
 	if outcome == "other" || strings.HasPrefix(outcome, "err-") {
 		if len(wk.unexpected) < 20 {
-			wk.unexpected = append(wk.unexpected, fmt.Sprintf("worker %d: %s at %v: %v", wk.id, kind, start, err))
+			wk.unexpected = append(wk.unexpected, fmt.Sprintf("worker %d: %s at %v: %v", wk.id, ev.Kind, start, err))
 		}
 	}
+	ev.Worker, ev.Call, ev.Return, ev.Outcome = wk.id, start, end, outcome
+	wk.logLocked(*ev)
 	return start, err
+}
+
+// logLocked appends ev to the worker's event log, unless it is full.
+// wk.mu is held.
+func (wk *worker) logLocked(ev CallEvent) {
+	if len(wk.events) == maxEventsPerWorker {
+		wk.dropped++
+		return
+	}
+	wk.events = append(wk.events, ev)
 }
 
 // outcomeOf names a call's outcome for the counters.
@@ -363,15 +400,21 @@ func outcomeOf(err error) string {
 // once granted, holds the lock.
 func (wk *worker) acquire(p plan) {
 	var lock *client.Lock
-	call, err := wk.call(p.kind, max(p.wait, 0)+callSlack, func(ctx context.Context) error {
+	ev := CallEvent{Kind: p.kind, Key: p.key, Lease: p.lease, Wait: p.wait}
+	call, err := wk.call(&ev, max(p.wait, 0)+callSlack, func(ctx context.Context) error {
 		var err error
 		lock, err = wk.cl.Acquire(ctx, p.key, p.lease, p.wait)
+		if err == nil {
+			// The owner is what ties this grant to its requests on the
+			// wire: every attempt of one Acquire names it.
+			ev.Token, ev.Owner = lock.Token(), lock.Owner()
+		}
 		return err
 	})
 	if err != nil {
 		return
 	}
-	h := NewHolding(p.key, lock.Token(), wk.id, call, wk.cfg.Clock(), p.lease)
+	h := NewHolding(p.key, lock.Token(), wk.id, call, ev.Return, p.lease)
 	wk.remember(p.key, lock.Token())
 	wk.hold(lock, h, p)
 }
@@ -386,7 +429,8 @@ func (wk *worker) hold(lock *client.Lock, h *Holding, p plan) {
 	if p.extend && !wk.stopped() {
 		called := wk.cfg.Clock()
 		h.ExtendCalled(called, p.newLease)
-		_, err := wk.call("extend", callSlack, func(ctx context.Context) error {
+		ev := CallEvent{Kind: "extend", Key: h.Key, Token: h.Token, Lease: p.newLease}
+		_, err := wk.call(&ev, callSlack, func(ctx context.Context) error {
 			return lock.Extend(ctx, p.newLease)
 		})
 		switch {
@@ -401,6 +445,8 @@ func (wk *worker) hold(lock *client.Lock, h *Holding, p plan) {
 
 	if p.skip && !wk.stopped() {
 		wk.count("skip-release")
+		now := wk.cfg.Clock()
+		wk.log(CallEvent{Kind: "skip-release", Key: h.Key, Token: h.Token, Call: now, Return: now})
 		if p.lateWrite {
 			// A holder that stalls past its lease and writes anyway: the
 			// fence must turn it away once someone else holds the key.
@@ -412,15 +458,20 @@ func (wk *worker) hold(lock *client.Lock, h *Holding, p plan) {
 	}
 	res.Write(h)
 	h.ReleaseCalled(wk.cfg.Clock())
-	wk.call("release", callSlack, func(ctx context.Context) error {
+	ev := CallEvent{Kind: "release", Key: h.Key, Token: h.Token}
+	wk.call(&ev, callSlack, func(ctx context.Context) error {
 		return lock.Release(ctx)
 	})
 }
 
 // query calls Query.
 func (wk *worker) query(key string) {
-	wk.call("query", callSlack, func(ctx context.Context) error {
-		_, err := wk.cl.Query(ctx, key)
+	ev := CallEvent{Kind: "query", Key: key}
+	wk.call(&ev, callSlack, func(ctx context.Context) error {
+		st, err := wk.cl.Query(ctx, key)
+		if err == nil && st.Held {
+			ev.Token, ev.Owner = st.Token, st.Owner
+		}
 		return err
 	})
 }
@@ -434,7 +485,8 @@ func (wk *worker) staleRelease(p plan) {
 		return
 	}
 	old := wk.recent[p.stale%len(wk.recent)]
-	wk.call("stale-release", callSlack, func(ctx context.Context) error {
+	ev := CallEvent{Kind: "stale-release", Key: p.key, Token: old.token}
+	wk.call(&ev, callSlack, func(ctx context.Context) error {
 		return wk.cl.Release(ctx, p.key, old.token)
 	})
 }
@@ -451,6 +503,14 @@ func (wk *worker) remember(key string, token uint64) {
 func (wk *worker) count(kind string) {
 	wk.mu.Lock()
 	wk.ops[kind]++
+	wk.mu.Unlock()
+}
+
+// log logs an event that is not a call.
+func (wk *worker) log(ev CallEvent) {
+	ev.Worker = wk.id
+	wk.mu.Lock()
+	wk.logLocked(ev)
 	wk.mu.Unlock()
 }
 
