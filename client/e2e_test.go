@@ -459,6 +459,16 @@ func ask(t *testing.T, addr, line string) string {
 	return got
 }
 
+// clusterClient is a test client of every node of a cluster.
+func clusterClient(t *testing.T, nodes []*harness.Node) *Client {
+	t.Helper()
+	addrs := make([]string, len(nodes))
+	for i, nd := range nodes {
+		addrs[i] = nd.ClientAddr
+	}
+	return newTestClient(t, addrs...)
+}
+
 // settledLeader waits until the first node of the cluster (the first in
 // priority) serves key and the others send clients to it, and returns it.
 func settledLeader(t *testing.T, nodes []*harness.Node, key string) *harness.Node {
@@ -518,11 +528,7 @@ func TestLeaderKilledDuringStream(t *testing.T) {
 	t.Parallel()
 	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: 1})
 	leader := settledLeader(t, nodes, "stream/0")
-	addrs := make([]string, len(nodes))
-	for i, nd := range nodes {
-		addrs[i] = nd.ClientAddr
-	}
-	c := newTestClient(t, addrs...)
+	c := clusterClient(t, nodes)
 
 	const workers, keys = 6, 3
 	var (
@@ -621,11 +627,7 @@ func TestLeaderStoppedMidAcquire(t *testing.T) {
 	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: 4})
 	const key = "stopped"
 	leader := settledLeader(t, nodes, key)
-	addrs := make([]string, len(nodes))
-	for i, nd := range nodes {
-		addrs[i] = nd.ClientAddr
-	}
-	c := newTestClient(t, addrs...)
+	c := clusterClient(t, nodes)
 	ctx := ctxFor(t, 30*time.Second)
 
 	// The client learns the leader from a follower's MOVED; from then on

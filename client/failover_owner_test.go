@@ -21,11 +21,7 @@ func TestLeaderKilledAfterCommit(t *testing.T) {
 	t.Parallel()
 	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: 2})
 	leader := settledLeader(t, nodes, "after-commit/0")
-	addrs := make([]string, len(nodes))
-	for i, nd := range nodes {
-		addrs[i] = nd.ClientAddr
-	}
-	c := newTestClient(t, addrs...)
+	c := clusterClient(t, nodes)
 
 	const workers = 8
 	var (
