@@ -128,6 +128,15 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.serving {
+		if r.Op == codec.OpAcquire {
+			if ks := s.keys[string(r.Key)]; ks != nil && ks.hasLiveWaiter(cs) {
+				// An earlier acquire of the key on this connection is still
+				// unanswered (its Grant may be in flight): this answer must
+				// not overtake it, or the client would pair them wrongly.
+				s.deferAnswer(cs, ks, errNotServing)
+				return false
+			}
+		}
 		s.answerNotServing(cs, r.Op, r.Key)
 		return false
 	}
@@ -212,9 +221,6 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		s.forgetIfIdle(ks)
 		return
 	}
-	if retry {
-		w.state = waitRegranting
-	}
 	ks.enqueue(w)
 	if r.WaitMs > 0 {
 		w.waitUntil = now + r.WaitMs*int64(time.Millisecond)
@@ -222,6 +228,8 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		s.timerMayBeEarlier(w.waitUntil)
 	}
 	if retry {
+		// The holder's owner asks again: its Grant answers it, not the
+		// queue (owners.go).
 		s.regrant(ks, w)
 		return
 	}

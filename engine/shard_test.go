@@ -378,3 +378,25 @@ func TestStopServingKeepsAnswerOrder(t *testing.T) {
 		t.Fatalf("answers %q, want the grant, then ERR unavailable, then TIMEOUT", got)
 	}
 }
+
+// An acquire that arrives while the shard does not serve (leadership is
+// moving) is answered after an earlier acquire of the same key on the same
+// connection whose Grant is in flight, not before: found by the chaos run,
+// where the early ERR unavailable made the client hand the earlier
+// request's grant to the later one, of another owner.
+func TestNotServingAnswerKeepsOrder(t *testing.T) {
+	s := testShard(t)
+	cs := newConn()
+	request(t, s, cs, "A k 10000 0 first")
+	p, cmds := take(t, s)
+	s.leaderUpdated(0) // nobody leads for a moment
+	request(t, s, cs, "A k 10000 0 second")
+	if got := answers(cs); got != nil {
+		t.Fatalf("answered %q while the first acquire's Grant is in flight", got)
+	}
+	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
+	got := answers(cs)
+	if len(got) != 2 || got[0] != "A k OK 1025" || !strings.HasPrefix(got[1], "A k ERR unavailable") {
+		t.Fatalf("answers %q, want the grant, then ERR unavailable", got)
+	}
+}

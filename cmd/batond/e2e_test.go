@@ -1320,11 +1320,17 @@ func testOwners(t *testing.T, n *harness.Node) {
 	do(t, c3, "A "+k+" 10000 100 someone-else", "A "+k+" TIMEOUT")
 
 	// Two acquires of one owner wait; a third owner waits between them.
-	c2.Send("A " + k + " 10000 0 waiter-b")
-	c3.Send("A " + k + " 10000 0 waiter-c")
+	// Connections are not ordered against each other, so each acquire is
+	// known queued (a query behind it on its connection is answered) before
+	// the next is sent.
 	c4 := harness.Dial(t, n.ClientAddr)
-	c4.Send("A " + k + " 10000 0 waiter-b")
-	c2.ExpectNothing(t, 100*time.Millisecond)
+	for _, w := range []struct {
+		c     *harness.Conn
+		owner string
+	}{{c2, "waiter-b"}, {c3, "waiter-c"}, {c4, "waiter-b"}} {
+		w.c.Send("A " + k + " 10000 0 " + w.owner)
+		heldBy(t, w.c, k, tok, "host-a:17/0f3c")
+	}
 	do(t, c1, fmt.Sprintf("R %s %d", k, tok), "R "+k+" OK")
 	shared := readGrant(t, c2, k, answerWithin)
 	if other := readGrant(t, c4, k, answerWithin); other != shared || shared <= tok {
