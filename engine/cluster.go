@@ -25,8 +25,6 @@ const (
 	// handOffPerTarget bounds the wait for one hand-off target to take
 	// every shard before the next candidate is tried.
 	handOffPerTarget = time.Second
-	// readTimeout bounds the ReadIndex behind a batch of queries.
-	readTimeout = 2 * time.Second
 )
 
 // clustered reports whether there is anyone to share leadership with.
@@ -149,52 +147,4 @@ func (n *Node) peerAlive(ctx context.Context, id uint64) bool {
 	}
 	c.Close()
 	return true
-}
-
-// ---- linearizable queries ----
-
-// pendingRead is a Q waiting for the ReadIndex that makes it linearizable.
-type pendingRead struct {
-	cs  *connState
-	key string
-}
-
-// runReads answers queued queries in batches: one ReadIndex confirms this
-// node still leads and that its view holds every committed change, then
-// every query of the batch is answered from the view. A leader cut off from
-// its peers cannot confirm, so it answers ERR unavailable, never stale state.
-func (n *Node) runReads(s *shard) {
-	for {
-		select {
-		case <-n.stopC:
-			return
-		case <-s.readKick:
-		}
-		s.mu.Lock()
-		batch := s.reads
-		s.reads = nil
-		s.mu.Unlock()
-		if len(batch) == 0 {
-			continue
-		}
-		confirmed := false
-		if rs, err := n.nh.ReadIndex(s.id, readTimeout); err == nil {
-			select {
-			case r := <-rs.ResultC():
-				confirmed = r.Completed()
-				rs.Release()
-			case <-n.stopC:
-			}
-		}
-		now := monoNow()
-		s.mu.Lock()
-		for _, q := range batch {
-			if confirmed && s.serving {
-				s.query(q.cs, bytesOf(q.key), now)
-			} else {
-				s.answerNotServing(q.cs, 'Q', bytesOf(q.key))
-			}
-		}
-		s.mu.Unlock()
-	}
 }

@@ -63,15 +63,19 @@ func (w *waiter) live() bool {
 type keyState struct {
 	key      string
 	token    uint64 // committed holder's token; 0 when free
-	leaseMs  uint32 // committed holder's lease
 	deadline int64  // local monotonic deadline of the holder's lease
-	expiring bool   // an Expire for token is in flight
+	leaseMs  uint32 // committed holder's lease
 	inflight int32  // commands proposed for this key and not applied yet
-	granting *waiter
-	deferred int32 // waitDeferred waiters in the queue
-	leaseIdx int32 // position in the shard's lease heap, or notInHeap
-	head     *waiter
-	tail     *waiter
+	// extending: Extends of token proposed and not applied yet. The lease
+	// does not run out under them (leaseDue), or the Expire would apply
+	// after an Extend that was answered OK.
+	extending int32
+	deferred  int32 // waitDeferred waiters in the queue
+	leaseIdx  int32 // position in the shard's lease heap, or notInHeap
+	expiring  bool  // an Expire for token is in flight
+	granting  *waiter
+	head      *waiter
+	tail      *waiter
 }
 
 // enqueue appends w to the key's FIFO queue.

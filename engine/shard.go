@@ -23,12 +23,15 @@ const (
 
 // origin pairs a proposed command with whoever waits for its outcome.
 type origin struct {
-	kind  originKind
-	op    byte // originClient: codec.OpRelease or codec.OpExtend
-	ks    *keyState
-	cs    *connState
-	w     *waiter
-	token uint64 // originInternal: the grant the Expire or Release is for
+	kind originKind
+	op   byte // originClient: codec.OpRelease or codec.OpExtend
+	// extends: an Extend of the holder's token, counted in ks.extending.
+	extends bool
+	trail   uint32 // originClient: answers that wait for this one (order.go); 0 for none
+	ks      *keyState
+	cs      *connState
+	w       *waiter
+	token   uint64 // originInternal: the grant the Expire or Release is for
 }
 
 // proposal is one Raft entry this node proposed and has not seen applied.
@@ -55,15 +58,17 @@ type shard struct {
 	id   uint64
 	node *Node
 
-	mu       sync.Mutex
-	keys     map[string]*keyState
-	owners   map[string]string // key -> owner of its committed grant, for grants with one (owners.go)
-	leases   deadlineHeap[*keyState]
-	waits    deadlineHeap[*waiter]
-	pending  sm.Batch
-	origins  []origin
-	inflight []*proposal
-	seq      uint64
+	mu        sync.Mutex
+	keys      map[string]*keyState
+	owners    map[string]string // key -> owner of its committed grant, for grants with one (owners.go)
+	leases    deadlineHeap[*keyState]
+	waits     deadlineHeap[*waiter]
+	pending   sm.Batch
+	origins   []origin
+	inflight  []*proposal
+	seq       uint64
+	trailing  map[uint32][]trailingAnswer // answers held back behind an R or K in flight (order.go)
+	nextTrail uint32
 
 	leaderID    uint64 // as last reported by Raft; 0 when unknown
 	serving     bool   // this node leads the shard and its barrier has applied
@@ -137,7 +142,14 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 				return false
 			}
 		}
-		s.answerNotServing(cs, r.Op, r.Key)
+		switch {
+		case r.Op == codec.OpRelease || r.Op == codec.OpExtend:
+			s.answerNow(cs, r.Op, r.Key, s.keys[string(r.Key)], "", "")
+		case r.Op == codec.OpQuery && s.node.clustered():
+			s.queueRead(cs, r.Key) // behind any earlier Q waiting for a ReadIndex (reads.go)
+		default:
+			s.answerNotServing(cs, r.Op, r.Key)
+		}
 		return false
 	}
 	before := s.pending.Len()
@@ -146,7 +158,7 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 		s.acquire(cs, r, now)
 	case codec.OpRelease, codec.OpExtend:
 		if s.batchFull() {
-			sendError(cs, r.Op, r.Key, codec.CodeOverloaded, tooManyCommands)
+			s.answerNow(cs, r.Op, r.Key, s.keys[string(r.Key)], codec.CodeOverloaded, tooManyCommands)
 			break
 		}
 		s.releaseOrExtend(cs, r)
@@ -156,15 +168,7 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 			s.query(cs, r.Key, now)
 			break
 		}
-		if len(s.reads) >= s.maxReads {
-			sendError(cs, r.Op, r.Key, codec.CodeOverloaded, tooManyReads)
-			break
-		}
-		s.reads = append(s.reads, pendingRead{cs: cs, key: string(r.Key)})
-		select {
-		case s.readKick <- struct{}{}:
-		default:
-		}
+		s.queueRead(cs, r.Key)
 	}
 	return s.pending.Len() > before
 }
@@ -264,6 +268,10 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 		s.propose(sm.Command{Op: sm.OpRelease, Key: r.Key, Token: r.Token}, o)
 		s.handOff(ks)
 		return
+	}
+	if r.Token == ks.token && ks.token != 0 {
+		o.extends = true
+		ks.extending++
 	}
 	s.propose(sm.Command{Op: sm.OpExtend, Key: r.Key, Token: r.Token, LeaseMs: r.LeaseMs}, o)
 }
@@ -436,7 +444,7 @@ func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, n
 	var ks *keyState
 	if o != nil {
 		ks = o.ks
-		ks.inflight--
+		s.settle(o)
 	} else {
 		ks = s.keys[string(c.Key)]
 	}
@@ -471,6 +479,23 @@ func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, n
 	s.forgetIfIdle(ks)
 }
 
+// settle ends the bookkeeping of one of this node's commands for its key:
+// it applied, will never apply, or was never proposed.
+func (s *shard) settle(o *origin) {
+	ks := o.ks
+	ks.inflight--
+	if !o.extends {
+		return
+	}
+	ks.extending--
+	if ks.extending == 0 && s.serving && ks.token != 0 && !ks.expiring && ks.leaseIdx == notInHeap {
+		// A lease that ran out under the Extend is looked at again (an
+		// Extend that applied sets a fresh deadline right after).
+		s.leases.set(ks)
+		s.timerMayBeEarlier(ks.deadline)
+	}
+}
+
 // answer tells the requester of one of this node's commands its outcome.
 func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now int64) {
 	ks := o.ks
@@ -488,6 +513,7 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now
 			st = codec.StatusOK
 		}
 		send(o.cs, o.op, c.Key, st)
+		s.answeredClient(o)
 	case originGrant:
 		w := o.w
 		if w.state == waitRegranting {
@@ -616,7 +642,7 @@ func (s *shard) resolveDropped(p *proposal) {
 	for i := range p.origins {
 		o := &p.origins[i]
 		ks := o.ks
-		ks.inflight--
+		s.settle(o)
 		switch o.kind {
 		case originInternal:
 			ks.expiring = false
@@ -628,6 +654,7 @@ func (s *shard) resolveDropped(p *proposal) {
 		case originClient:
 			if !p.failed {
 				s.answerNotServing(o.cs, o.op, bytesOf(ks.key))
+				s.answeredClient(o)
 			}
 		case originGrant:
 			if ks.granting == o.w {
@@ -656,6 +683,7 @@ func (s *shard) failProposal(p *proposal, code, text string) {
 		switch o.kind {
 		case originClient:
 			sendError(o.cs, o.op, bytesOf(o.ks.key), code, text)
+			s.answeredClient(o)
 		case originGrant:
 			if !o.w.abandoned { // an abandoned waiter was answered already, or is gone
 				sendError(o.w.cs, codec.OpAcquire, bytesOf(o.ks.key), code, text)
@@ -740,9 +768,13 @@ func (s *shard) fireTimers(now int64) (next int64, ok bool) {
 // Grant in the same batch. Only the serving leader acts: a lease armed
 // before leadership moved away is dropped here, and re-armed by
 // startServing if leadership comes back.
+//
+// A holder's Extend in flight holds the Expire back: proposed behind it, the
+// Expire would apply after the Extend was answered OK, and end the lease it
+// had just renewed. settle re-arms the lease once no Extend is left.
 func (s *shard) leaseDue(ks *keyState, now int64) {
-	if !s.serving || ks.token == 0 || ks.expiring {
-		return // startServing re-arms every lease; an Expire settles the rest
+	if !s.serving || ks.token == 0 || ks.expiring || ks.extending > 0 {
+		return // startServing re-arms every lease; an Expire or settle the rest
 	}
 	ks.expiring = true
 	s.propose(sm.Command{Op: sm.OpExpire, Key: bytesOf(ks.key), Token: ks.token}, origin{kind: originInternal, ks: ks, token: ks.token})
@@ -895,10 +927,11 @@ func (s *shard) stopServing() {
 func (s *shard) dropPending() {
 	for i := range s.origins {
 		o := &s.origins[i]
-		o.ks.inflight--
+		s.settle(o)
 		switch o.kind {
 		case originClient:
 			s.answerNotServing(o.cs, o.op, bytesOf(o.ks.key))
+			s.answeredClient(o)
 		case originGrant:
 			if o.ks.granting == o.w {
 				o.ks.granting = nil

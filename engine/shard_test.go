@@ -400,3 +400,73 @@ func TestNotServingAnswerKeepsOrder(t *testing.T) {
 		t.Fatalf("answers %q, want the grant, then ERR unavailable", got)
 	}
 }
+
+// A holder's extend in flight when its lease runs out on the leader's clock
+// must not be undone by the Expire: if the Expire were proposed behind the
+// Extend, the Extend would apply (and be answered OK) and the token-checked
+// Expire would then free the key at once (found by the chaos run: a
+// try-lock got the key 77 ms after the holder's extend was answered OK).
+func TestExpireHeldBackByExtendInFlight(t *testing.T) {
+	s := testShard(t)
+	holder := newConn()
+	request(t, s, holder, "A k 1 0")
+	p, cmds := take(t, s)
+	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
+	answers(holder)
+
+	request(t, s, holder, "K k 1025 60000")
+	ext, extCmds := take(t, s)
+	time.Sleep(2 * time.Millisecond) // the 1 ms lease runs out with the Extend in flight
+	s.fireTimers(monoNow())
+	s.mu.Lock()
+	q := s.takeProposal()
+	s.mu.Unlock()
+	if q != nil {
+		_, cmds, _ := sm.DecodeBatch(q.data, nil)
+		t.Fatalf("proposed %+v while the holder's Extend was in flight", cmds)
+	}
+	apply(s, ext, extCmds, sm.Result{Code: sm.Extended})
+	if got := answers(holder); len(got) != 1 || got[0] != "K k OK" {
+		t.Fatalf("extend answered %q", got)
+	}
+	s.fireTimers(monoNow())
+	s.mu.Lock()
+	q = s.takeProposal()
+	deadline := s.keys["k"].deadline
+	s.mu.Unlock()
+	if q != nil {
+		t.Fatal("an Expire proposed right after the extend applied")
+	}
+	if left := time.Duration(deadline - monoNow()); left < 59*time.Second {
+		t.Fatalf("lease ends in %v after a 60 s extend", left)
+	}
+}
+
+// When the Extend that held an Expire back does not apply (NOTHELD, or
+// dropped), the lease that ran out is expired after all.
+func TestExpireAfterExtendFails(t *testing.T) {
+	for _, outcome := range []string{"dropped", "failed"} {
+		t.Run(outcome, func(t *testing.T) {
+			s := testShard(t)
+			holder := newConn()
+			request(t, s, holder, "A k 1 0")
+			p, cmds := take(t, s)
+			apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
+			request(t, s, holder, "K k 1025 60000")
+			ext, extCmds := take(t, s)
+			time.Sleep(2 * time.Millisecond)
+			s.fireTimers(monoNow())
+			switch outcome {
+			case "dropped":
+				dropReported(t, s, ext)
+			case "failed":
+				apply(s, ext, extCmds, sm.Result{Code: sm.NotHeld})
+			}
+			s.fireTimers(monoNow())
+			_, cmds = take(t, s)
+			if len(cmds) != 1 || cmds[0].Op != sm.OpExpire || cmds[0].Token != 1025 {
+				t.Fatalf("proposed %+v, want the Expire of 1025", cmds)
+			}
+		})
+	}
+}

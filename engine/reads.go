@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/baton-dev/baton/codec"
+)
+
+// Linearizable queries in a cluster: a Q is answered from the leader's view
+// only after a ReadIndex has confirmed that this node still leads and that
+// its view holds every committed change. Queries wait in the shard's read
+// queue and are confirmed in batches, one ReadIndex each, by one goroutine
+// per shard, so they are answered in the order they arrived; a Q that
+// arrives while the node does not serve the shard goes through the same
+// queue (and is answered MOVED there, without a ReadIndex), so that it
+// cannot overtake an earlier Q of the same key on the same connection.
+
+// readTimeout bounds the ReadIndex behind a batch of queries.
+const readTimeout = 2 * time.Second
+
+// pendingRead is a Q waiting for the ReadIndex that makes it linearizable.
+type pendingRead struct {
+	cs  *connState
+	key string
+}
+
+// queueRead puts a Q in the read queue, or answers ERR overloaded when the
+// queue is full. Called with s.mu held.
+func (s *shard) queueRead(cs *connState, key []byte) {
+	if len(s.reads) >= s.maxReads {
+		sendError(cs, codec.OpQuery, key, codec.CodeOverloaded, tooManyReads)
+		return
+	}
+	s.reads = append(s.reads, pendingRead{cs: cs, key: string(key)})
+	select {
+	case s.readKick <- struct{}{}:
+	default:
+	}
+}
+
+// runReads answers queued queries in batches until the node stops. A leader
+// cut off from its peers cannot confirm, so it answers ERR unavailable,
+// never stale state.
+func (n *Node) runReads(s *shard) {
+	for {
+		select {
+		case <-n.stopC:
+			return
+		case <-s.readKick:
+		}
+		batch, serving := s.takeReads()
+		if len(batch) == 0 {
+			continue
+		}
+		confirmed := false
+		if serving {
+			if rs, err := n.nh.ReadIndex(s.id, readTimeout); err == nil {
+				select {
+				case r := <-rs.ResultC():
+					confirmed = r.Completed()
+					rs.Release()
+				case <-n.stopC:
+				}
+			}
+		}
+		s.answerReads(batch, confirmed)
+	}
+}
+
+// takeReads empties the read queue; serving says whether a ReadIndex is
+// worth asking for.
+func (s *shard) takeReads() (batch []pendingRead, serving bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	batch, s.reads = s.reads, nil
+	return batch, s.serving
+}
+
+// answerReads answers a batch: from the view if its ReadIndex confirmed
+// the view and the node still serves, else MOVED or ERR unavailable.
+func (s *shard) answerReads(batch []pendingRead, confirmed bool) {
+	now := monoNow()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, q := range batch {
+		if confirmed && s.serving {
+			s.query(q.cs, bytesOf(q.key), now)
+		} else {
+			s.answerNotServing(q.cs, codec.OpQuery, bytesOf(q.key))
+		}
+	}
+}
