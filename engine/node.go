@@ -325,7 +325,7 @@ func (n *Node) clientAddrOf(id uint64) string {
 
 // shardFor routes a key.
 func (n *Node) shardFor(key []byte) *shard {
-	return n.shards[shardOf(key, len(n.shards))-1]
+	return n.shards[ShardOf(key, len(n.shards))-1]
 }
 
 // ---- Raft and state machine callbacks ----

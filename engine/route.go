@@ -1,9 +1,10 @@
 package engine
 
-// shardOf maps a key to its shard id (1..shards) with FNV-1a, a stable hash
+// ShardOf maps a key to its shard id (1..shards) with FNV-1a, a stable hash
 // that every node computes the same way: the shard count is fixed when the
-// cluster is created, so a key never moves to another shard.
-func shardOf(key []byte, shards int) uint64 {
+// cluster is created, so a key never moves to another shard. (Exported for
+// tools that choose keys by shard, such as the chaos run.)
+func ShardOf(key []byte, shards int) uint64 {
 	const (
 		offset = 14695981039346656037
 		prime  = 1099511628211

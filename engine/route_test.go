@@ -23,8 +23,8 @@ func TestShardOfIsStable(t *testing.T) {
 		{"a", 1, 1},
 	}
 	for _, c := range cases {
-		if got := shardOf([]byte(c.key), c.shards); got != c.want {
-			t.Errorf("shardOf(%q, %d) = %d, want %d", c.key, c.shards, got, c.want)
+		if got := ShardOf([]byte(c.key), c.shards); got != c.want {
+			t.Errorf("ShardOf(%q, %d) = %d, want %d", c.key, c.shards, got, c.want)
 		}
 	}
 }
@@ -33,7 +33,7 @@ func TestShardOfSpreadsKeys(t *testing.T) {
 	const shards = 8
 	var count [shards + 1]int
 	for i := 0; i < 8000; i++ {
-		s := shardOf([]byte("key-"+strconv.Itoa(i)), shards)
+		s := ShardOf([]byte("key-"+strconv.Itoa(i)), shards)
 		if s < 1 || s > shards {
 			t.Fatalf("shard %d out of 1..%d", s, shards)
 		}

@@ -104,7 +104,8 @@ type Config struct {
 	// directory of the run's own under $CHAOS_OUT when that is set, else a
 	// temporary directory kept only if the test fails.
 	OutDir string
-	// CheckTimeout is porcupine's budget; 0 means DefaultCheckTimeout.
+	// CheckTimeout is porcupine's budget; 0 means DefaultCheckTimeout, or
+	// a tenth of Duration when that is more (a long run has more keys).
 	CheckTimeout time.Duration
 }
 
@@ -126,6 +127,9 @@ func (c Config) withDefaults() Config {
 	}
 	if len(c.Keys) == 0 {
 		c.Keys = DefaultKeys
+	}
+	if c.CheckTimeout == 0 {
+		c.CheckTimeout = max(DefaultCheckTimeout, c.Duration/10)
 	}
 	return c
 }
@@ -249,7 +253,7 @@ func Run(t *testing.T, cfg Config) Result {
 	clients := startClients(t, cfg.Clients, addrs, rec)
 	wl := StartWorkload(WorkloadConfig{
 		Keys: cfg.Keys, ProbeKeys: ProbeKeys, Workers: cfg.Workers, Clients: clients,
-		Resource: resource, Clock: rec.Since, Seed: cfg.Seed,
+		Resource: resource, Clock: rec.Since, Seed: cfg.Seed, Generation: KeyGeneration,
 	})
 	// Should the harness fail the test half way, the workers must still
 	// stop before the cluster goes (cleanups run last-registered first).
@@ -291,7 +295,7 @@ func Run(t *testing.T, cfg Config) Result {
 		t.Logf("chaos: unexpected error: %s", u)
 	}
 
-	if problems := waitFree(nodes, allKeys, freeWithin); len(problems) > 0 {
+	if problems := waitFree(nodes, wl.KeysUsed(), freeWithin); len(problems) > 0 {
 		for _, p := range problems {
 			res.add(CheckerFreeAtEnd, p)
 		}

@@ -65,6 +65,10 @@ type WorkloadConfig struct {
 	Resource  *Resource
 	Clock     func() time.Duration // the recorder's Since
 	Seed      uint64               // each worker draws from its own generator seeded from it
+	// Generation is how long one set of keys is used: then Keys and
+	// ProbeKeys are replaced by new names on the same shards (keys.go).
+	// 0 means never.
+	Generation time.Duration
 }
 
 // Workload is the client side of a chaos run: Workers goroutines that
@@ -80,6 +84,7 @@ type WorkloadConfig struct {
 // keys are all held.
 type Workload struct {
 	cfg     WorkloadConfig
+	keys    *keyRing
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	workers []*worker
@@ -87,11 +92,12 @@ type Workload struct {
 
 // StartWorkload starts the workers; Stop ends them.
 func StartWorkload(cfg WorkloadConfig) *Workload {
-	w := &Workload{cfg: cfg, stop: make(chan struct{})}
+	w := &Workload{cfg: cfg, keys: newKeyRing(cfg.Generation, cfg.Clock), stop: make(chan struct{})}
 	for i := range cfg.Workers {
 		wk := &worker{
 			id:   i + 1,
 			cfg:  &w.cfg,
+			keys: w.keys,
 			cl:   cfg.Clients[i%len(cfg.Clients)],
 			rng:  rand.New(rand.NewPCG(cfg.Seed, uint64(i+1))),
 			stop: w.stop,
@@ -108,6 +114,7 @@ func StartWorkload(cfg WorkloadConfig) *Workload {
 		p := &worker{
 			id:   0,
 			cfg:  &w.cfg,
+			keys: w.keys,
 			cl:   cfg.Clients[0],
 			stop: w.stop,
 			ops:  make(map[string]int),
@@ -146,6 +153,10 @@ func (w *Workload) Wait(timeout time.Duration) bool {
 		return false
 	}
 }
+
+// KeysUsed returns every key the workload used, of every generation,
+// sorted.
+func (w *Workload) KeysUsed() []string { return w.keys.used() }
 
 // WorkloadStats is what the workers did, once they stopped.
 type WorkloadStats struct {
@@ -210,6 +221,7 @@ func (s WorkloadStats) String() string {
 type worker struct {
 	id   int
 	cfg  *WorkloadConfig
+	keys *keyRing
 	cl   *client.Client
 	rng  *rand.Rand
 	stop <-chan struct{}
@@ -281,7 +293,7 @@ type plan struct {
 func (wk *worker) draw() plan {
 	r := wk.rng
 	p := plan{
-		key:       wk.cfg.Keys[r.IntN(len(wk.cfg.Keys))],
+		key:       wk.keys.now(wk.cfg.Keys[r.IntN(len(wk.cfg.Keys))]),
 		wait:      randDuration(r, minWait, maxWait),
 		lease:     randDuration(r, minLease, maxLease),
 		extend:    r.IntN(100) < 30,
@@ -313,7 +325,7 @@ func (wk *worker) probe() {
 		if wk.stopped() {
 			return
 		}
-		ev := CallEvent{Kind: "probe", Key: keys[i%len(keys)], Lease: probeLease, Wait: client.NoWait}
+		ev := CallEvent{Kind: "probe", Key: wk.keys.now(keys[i%len(keys)]), Lease: probeLease, Wait: client.NoWait}
 		wk.call(&ev, callSlack, func(ctx context.Context) error {
 			lock, err := wk.cl.TryAcquire(ctx, ev.Key, probeLease)
 			if err != nil {

@@ -13,7 +13,7 @@ import (
 func TestWorkerPlans(t *testing.T) {
 	cfg := &WorkloadConfig{Keys: DefaultKeys}
 	plans := func(seed uint64, id int) []plan {
-		wk := &worker{id: id, cfg: cfg, rng: rand.New(rand.NewPCG(seed, uint64(id)))}
+		wk := &worker{id: id, cfg: cfg, keys: newKeyRing(0, nil), rng: rand.New(rand.NewPCG(seed, uint64(id)))}
 		ps := make([]plan, 2000)
 		for i := range ps {
 			ps[i] = wk.draw()
