@@ -79,6 +79,10 @@ type Config struct {
 	// Settle is how long hold waits before each RSS reading, so that the
 	// server is done with the last burst of work.
 	Settle time.Duration
+	// Owners makes every acquire carry an owner (protocol 1.1), a new one
+	// for each cycle, as the Go client sends (via client always does): the
+	// cost of owners is this run against one without.
+	Owners bool
 	// Progress, when set, gets a line every second.
 	Progress io.Writer
 }
@@ -210,6 +214,9 @@ func (c *Config) Validate() error {
 			}
 		}
 	case WorkloadHold:
+		if c.Owners {
+			return errors.New("hold: no owners (they are for the lock-cycle workloads)")
+		}
 		if c.Rate > 0 {
 			return errors.New("hold runs closed loop (no rate)")
 		}

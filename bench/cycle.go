@@ -65,6 +65,7 @@ type cycleSlot struct {
 	// -1 when the key's previous holder is not ours or released.
 	lastGrant time.Duration
 	order     tokenOrder // per key of this slot (own keys only)
+	owner     []byte     // Config.Owners: this cycle's owner (owner.go)
 }
 
 // cycler runs a lock-cycle workload on one connection.
@@ -87,6 +88,7 @@ type cycler struct {
 	exhausted    bool   // the ops budget is used up
 	st           connStats
 	req          codec.Request
+	owners       *ownerSource // nil: acquires without an owner
 }
 
 func (c *cycler) begin(now time.Duration) {
@@ -136,6 +138,9 @@ func (c *cycler) start(i int, now time.Duration) {
 	}
 	s := &c.slots[i]
 	s.key, s.idx = c.keys.appendKey(s.key[:0], i, s.n)
+	if c.owners != nil {
+		s.owner = c.owners.appendOwner(s.owner[:0], s.client, s.n)
+	}
 	s.n++
 	s.start = start
 	s.measured = measured
@@ -150,7 +155,7 @@ func (c *cycler) send(i, step int, now time.Duration) {
 	s.sent = now
 	switch op := c.spec.steps[step]; op {
 	case codec.OpAcquire:
-		c.req = codec.Request{Op: op, Key: s.key, LeaseMs: c.leaseMs, WaitMs: c.waitMs}
+		c.req = codec.Request{Op: op, Key: s.key, LeaseMs: c.leaseMs, WaitMs: c.waitMs, Owner: s.owner}
 		if c.lines != nil {
 			c.lines.queued(s.idx, s.client, now)
 		}
@@ -320,12 +325,17 @@ func runCycles(ctx context.Context, cfg *Config) (*Result, error) {
 	if cfg.Rate > 0 {
 		pacers = NewPacers(cfg.Rate, len(wires))
 	}
+	var owners *ownerSource
+	if cfg.Owners {
+		owners = newOwnerSource()
+	}
 	for i, w := range wires {
 		c := &cycler{
 			w: w, p: p, rec: rec, ops: budget, spec: &spec, lines: lines,
 			leaseMs: cfg.leaseMs(), lease: time.Duration(cfg.leaseMs()) * time.Millisecond, waitMs: cfg.waitMs(),
 			measureStart: cfg.Warmup,
 			slots:        make([]cycleSlot, cfg.Depth),
+			owners:       owners,
 		}
 		c.keys = keys(i)
 		initSlots(c.slots, i)

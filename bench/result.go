@@ -14,10 +14,12 @@ import (
 type Result struct {
 	Workload string `json:"workload"`
 	// Via is how the server was driven: "wire" or "client".
-	Via   string   `json:"via,omitempty"`
-	Addrs []string `json:"addrs"`
-	Conns int      `json:"conns"`
-	Depth int      `json:"depth"`
+	Via string `json:"via,omitempty"`
+	// Owners: every acquire carried an owner (Config.Owners, or via client).
+	Owners bool     `json:"owners,omitempty"`
+	Addrs  []string `json:"addrs"`
+	Conns  int      `json:"conns"`
+	Depth  int      `json:"depth"`
 	// Keys is the number of distinct keys the cycles use.
 	Keys    int   `json:"keys,omitempty"`
 	LeaseMs int64 `json:"lease_ms"`
@@ -154,6 +156,7 @@ func newResult(cfg *Config) *Result {
 	return &Result{
 		Workload: cfg.Workload,
 		Via:      cfg.Via,
+		Owners:   cfg.Owners || cfg.Via == ViaClient,
 		Addrs:    cfg.Addrs,
 		Conns:    cfg.Conns,
 		Depth:    cfg.Depth,
@@ -171,6 +174,9 @@ func (r *Result) WriteText(w io.Writer) error {
 	via := ""
 	if r.Via == ViaClient {
 		via = " through the Go client"
+	}
+	if r.Owners {
+		via += ", with owners"
 	}
 	fmt.Fprintf(&b, "workload %s: %d conns x depth %d against %s%s, lease %dms, wait %dms\n",
 		r.Workload, r.Conns, r.Depth, strings.Join(r.Addrs, ","), via, r.LeaseMs, r.WaitMs)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/bench/benchtest"
+	"github.com/baton-dev/baton/codec"
 )
 
 func startFake(t *testing.T, opts benchtest.Options) *benchtest.Server {
@@ -459,4 +460,33 @@ func TestViaClientOpenLoop(t *testing.T) {
 			t.Fatalf("cycles %d, behind %d: only the first client's first cycle was due", res.Cycles, res.Behind)
 		}
 	})
+}
+
+// With Owners, every acquire carries an owner of the Go client's form, a
+// new one for every cycle.
+func TestUncontendedWithOwners(t *testing.T) {
+	srv := startFake(t, benchtest.Options{})
+	res, err := Run(context.Background(), Config{
+		Addrs: []string{srv.Addr()}, Conns: 2, Depth: 4, Keys: 100,
+		Workload: WorkloadUncontended, Ops: 500, Duration: 10 * time.Second, Warmup: 0, Owners: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Owners || len(res.Errors) != 0 || res.Cycles != 500 {
+		t.Fatalf("owners %v, errors %v, cycles %d", res.Owners, res.Errors, res.Cycles)
+	}
+	owners := srv.Owners()
+	if len(owners) < 500 {
+		t.Fatalf("%d distinct owners for %d cycles", len(owners), res.Cycles)
+	}
+	for o, n := range owners {
+		if n != 1 || len(o) != 32 || !codec.ValidOwner([]byte(o)) {
+			t.Fatalf("owner %q sent %d times", o, n)
+		}
+	}
+	var text bytes.Buffer
+	if err := res.WriteText(&text); err != nil || !strings.Contains(text.String(), "with owners") {
+		t.Errorf("summary: %v\n%s", err, text.String())
+	}
 }

@@ -3,12 +3,16 @@ package client
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/tools/harness"
 )
 
 // answerEater is a TCP proxy to a server that, once, lets the server's
@@ -25,7 +29,7 @@ type answerEater struct {
 	ate   chan struct{} // closed when the grant was swallowed
 }
 
-func startAnswerEater(t *testing.T, target, key string) *answerEater {
+func startAnswerEater(t testing.TB, target, key string) *answerEater {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -123,4 +127,77 @@ func TestLostGrantAnswerRetriedWithOwner(t *testing.T) {
 		t.Fatalf("after release: %+v, %v; want free: the lost grant and the retry were one", st, err)
 	}
 	t.Logf("lock back %v after the answer was lost", took)
+}
+
+// BenchmarkLostAnswer measures how long a client waits for its lock when the
+// server's grant is lost with its connection (the proxy above), from sending
+// the acquire to holding the lock. With owners, the Go client's retry gets
+// the lost grant back; without (a plain A, as every acquire was before
+// protocol 1.1), the retry queues behind the lost grant until its lease of
+// lostLease runs out. Reported per lost answer: the median, in ms. Each
+// no-owner op takes a lease, so run it with a count:
+//
+//	go test ./client -run '^$' -bench LostAnswer -benchtime 5x
+func BenchmarkLostAnswer(b *testing.B) {
+	const lostLease = 2 * time.Second
+	n := harness.StartNode(b, harness.Bin(b), harness.Options{Shards: 4})
+	ctx := context.Background()
+	b.Run("owner", func(b *testing.B) {
+		lockBack(b, func(i int) time.Duration {
+			key := fmt.Sprintf("lost/owner-%d-%d", b.N, i)
+			e := startAnswerEater(b, n.ClientAddr, key)
+			c, err := New([]string{e.addr()}, WithDialTimeout(2*time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			start := time.Now()
+			l, err := c.Acquire(ctx, key, lostLease, WaitForever)
+			took := time.Since(start)
+			if err != nil {
+				b.Fatalf("acquire: %v", err)
+			}
+			<-e.ate
+			if err := l.Release(ctx); err != nil {
+				b.Fatalf("release: %v", err)
+			}
+			return took
+		})
+	})
+	b.Run("no-owner", func(b *testing.B) {
+		lockBack(b, func(i int) time.Duration {
+			key := fmt.Sprintf("lost/plain-%d-%d", b.N, i)
+			e := startAnswerEater(b, n.ClientAddr, key)
+			acquire := fmt.Sprintf("A %s %d 0", key, lostLease.Milliseconds())
+			lost := harness.Dial(b, e.addr())
+			start := time.Now()
+			lost.Send(acquire)
+			<-e.ate
+			retry := harness.Dial(b, n.ClientAddr)
+			retry.Send(acquire)
+			answer, err := retry.ReadLine(lostLease + 5*time.Second)
+			took := time.Since(start)
+			if err != nil {
+				b.Fatalf("retry: %v", err)
+			}
+			var token uint64
+			if _, err := fmt.Sscanf(answer, "A "+key+" OK %d", &token); err != nil {
+				b.Fatalf("retry answered %q", answer)
+			}
+			retry.Do(b, fmt.Sprintf("R %s %d", key, token))
+			lost.Close()
+			retry.Close()
+			return took
+		})
+	})
+}
+
+// lockBack runs op b.N times and reports the median of what it returns.
+func lockBack(b *testing.B, op func(i int) time.Duration) {
+	took := make([]time.Duration, 0, b.N)
+	for i := range b.N {
+		took = append(took, op(i))
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2])/float64(time.Millisecond), "ms-to-lock")
 }

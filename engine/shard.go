@@ -628,15 +628,21 @@ func (s *shard) expireFailed(ks *keyState) {
 
 // ---- proposals that did not apply ----
 
-// dropRetry is how soon an Expire, or the release of an abandoned grant,
-// is proposed again after Raft dropped it (as it does during a leadership
-// transfer). Retrying later than the lease says is always safe.
+// dropRetry is the soonest an Expire, or the release of an abandoned grant,
+// is tried again after Raft dropped it (as it does during a leadership
+// transfer), so that a shard that keeps dropping does not spin.
 const dropRetry = 50 * time.Millisecond
 
 // resolveDropped handles a proposal that is known never to apply. Its
 // requesters are answered (a waiter loses its place: Raft drops proposals
 // while leadership moves, and the client retries where MOVED sends it);
-// internal commands are retried shortly, by expiring the grant they were for.
+// internal commands are retried by the lease timer, expiring the grant
+// they were for: after dropRetry at the soonest, and never before the end
+// of the lease as it stands now. The lease may have been renewed since the
+// command was proposed (an Extend, or a new leader starting every lease
+// afresh), and ending it early would take the lock from a holder that was
+// told it has it. (A dropped release of an abandoned grant so waits for
+// the lease: its owner's retry may have been given the grant back since.)
 func (s *shard) resolveDropped(p *proposal) {
 	now := monoNow()
 	for i := range p.origins {
@@ -647,7 +653,7 @@ func (s *shard) resolveDropped(p *proposal) {
 		case originInternal:
 			ks.expiring = false
 			if ks.token == o.token {
-				ks.deadline = min(ks.deadline, now+int64(dropRetry))
+				ks.deadline = max(ks.deadline, now+int64(dropRetry))
 				s.leases.set(ks)
 				s.timerMayBeEarlier(ks.deadline)
 			}

@@ -9,11 +9,13 @@
 // token (or none) frees the key and grants it to the queue's head (or, with
 // Options.LIFO, to its tail: a broken server). K with the holder's token
 // answers OK, Q answers HELD (with the lease as remaining time) or FREE.
-// Leases never run out. Anything else is ERR badrequest.
+// Leases never run out; owners are counted (Owners), not acted on. Anything
+// else is ERR badrequest.
 package benchtest
 
 import (
 	"errors"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -44,6 +46,7 @@ type Server struct {
 	conns   map[*conn]struct{}
 	closed  bool
 	accepts int
+	owners  map[string]int // owner -> acquires that carried it
 
 	wg sync.WaitGroup
 }
@@ -88,7 +91,7 @@ func Start(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, ln: ln, held: make(map[string]*lock), conns: make(map[*conn]struct{})}
+	s := &Server{opts: opts, ln: ln, held: make(map[string]*lock), conns: make(map[*conn]struct{}), owners: make(map[string]int)}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -109,6 +112,13 @@ func (s *Server) Held() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.held)
+}
+
+// Owners returns how many acquires carried each owner seen.
+func (s *Server) Owners() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.owners)
 }
 
 // Close stops listening, closes every connection and waits for the
@@ -210,6 +220,9 @@ func (s *Server) answer(c *conn, out []byte, others []delivery, line []byte, req
 	l := s.held[string(req.Key)]
 	switch req.Op {
 	case codec.OpAcquire:
+		if len(req.Owner) > 0 {
+			s.owners[string(req.Owner)]++
+		}
 		if l == nil {
 			l = &lock{}
 			s.held[string(req.Key)] = l

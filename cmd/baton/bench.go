@@ -85,6 +85,10 @@ Flags:
                      (default 0). Not for expiry or hold.
   --duration DUR     measured time after the warm-up; hold: how long the
                      locks are kept before release (default 10s)
+  --owners           every acquire carries an owner (protocol 1.1), a new
+                     one per cycle, as the Go client sends: run with and
+                     without to see what owners cost (--via client always
+                     sends them; not for hold)
   --ops N            stop after N measured cycles if --duration has not
                      ended the run first; 0 = no limit (default 0)
   --warmup DURATION  run this long first without recording (default 1s;
@@ -179,6 +183,7 @@ func benchFlags(o *benchOpts, wait *waitFlag, getenv func(string) string) *flag.
 	fs.IntVar(&c.Hold, "hold", 1_000_000, "")
 	fs.IntVar(&c.IdleConns, "idle-conns", 0, "")
 	fs.BoolVar(&c.Keep, "keep", false, "")
+	fs.BoolVar(&c.Owners, "owners", false, "")
 	fs.IntVar(&o.pid, "pid", 0, "")
 	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "")
 	fs.StringVar(&o.jsonPath, "json", "", "")

@@ -168,50 +168,62 @@ func TestCheckTimeoutInconclusive(t *testing.T) {
 	}
 }
 
+// simulatedServer is one simulated server whose history both the checker
+// (TestCheckSyntheticHistory) and the sweep (TestCheckSweepSynthetic) are
+// tried on: a correct one, which both must pass, or one with a planted bug,
+// which both must catch.
+type simulatedServer struct {
+	name     string
+	seed     uint64
+	stall    bool // leaderless spells: answers are held back, and so overlap
+	owners   bool // every acquire names an owner, and a lost or MOVED one is retried with it
+	bug      bool // leases end early
+	shareBug bool // with owners: an acquire of a held key gets the holder's token, whatever its owner
+	correct  bool
+}
+
+var simulatedServers = []simulatedServer{
+	{"correct server", 1, false, false, false, false, true},
+	{"correct server, another seed", 2, false, false, false, false, true},
+	{"correct server with leaderless spells", 3, true, false, false, false, true},
+	{"correct server with owners", 4, false, true, false, false, true},
+	{"correct server with owners, another seed", 5, false, true, false, false, true},
+	{"correct server with owners and leaderless spells", 6, true, true, false, false, true},
+	{"server ends leases early", 1, false, false, true, false, false},
+	{"server ends leases early, with owners", 4, false, true, true, false, false},
+	{"server shares a grant with another owner", 4, false, true, false, true, false},
+}
+
+// history runs the server's simulation for 5,000 ops.
+func (ss simulatedServer) history() (*simulation, []Op) {
+	sim := newSimulation(ss.seed, ss.bug)
+	sim.stall, sim.owners, sim.shareBug = ss.stall, ss.owners, ss.shareBug
+	return sim, sim.run(5000)
+}
+
 // TestCheckSyntheticHistory: a history of a simulated correct server (~5,000
 // ops over 6 keys from 12 clients, with phantoms, expiries and a few dozen
 // unknown outcomes) passes in reasonable time, with owners and retries too;
 // the same simulation with a server that ends leases early, or that hands
 // the holder's token to any owner, is caught.
 func TestCheckSyntheticHistory(t *testing.T) {
-	tests := []struct {
-		name     string
-		seed     uint64
-		stall    bool // leaderless spells: answers are held back, and so overlap
-		owners   bool // every acquire names an owner, and a lost or MOVED one is retried with it
-		bug      bool
-		shareBug bool // with owners: an acquire of a held key gets the holder's token, whatever its owner
-		wantOK   bool
-	}{
-		{"correct server", 1, false, false, false, false, true},
-		{"correct server, another seed", 2, false, false, false, false, true},
-		{"correct server with leaderless spells", 3, true, false, false, false, true},
-		{"correct server with owners", 4, false, true, false, false, true},
-		{"correct server with owners, another seed", 5, false, true, false, false, true},
-		{"correct server with owners and leaderless spells", 6, true, true, false, false, true},
-		{"server ends leases early", 1, false, false, true, false, false},
-		{"server ends leases early, with owners", 4, false, true, true, false, false},
-		{"server shares a grant with another owner", 4, false, true, false, true, false},
-	}
-	for _, tt := range tests {
+	for _, tt := range simulatedServers {
 		t.Run(tt.name, func(t *testing.T) {
-			sim := newSimulation(tt.seed, tt.bug)
-			sim.stall, sim.owners, sim.shareBug = tt.stall, tt.owners, tt.shareBug
-			h := sim.run(5000)
+			sim, h := tt.history()
 			start := time.Now()
 			rep := Check(h, nil, CheckConfig{AnswerBound: time.Second, OutDir: t.TempDir(), Timeout: time.Minute})
 			t.Logf("%d ops (%d to porcupine, %d unknown, %d phantoms seen, %d expiries, %d retries, %d answered with the owner's grant), checked in %v",
 				len(h), rep.Ops, sim.unknown, sim.phantomsSeen, sim.expiries, sim.retries, sim.retryHits, time.Since(start).Round(time.Millisecond))
-			if rep.OK() != tt.wantOK {
-				t.Errorf("OK() = %v, want %v; violations:\n%s", rep.OK(), tt.wantOK, strings.Join(rep.Violations, "\n"))
+			if rep.OK() != tt.correct {
+				t.Errorf("OK() = %v, want %v; violations:\n%s", rep.OK(), tt.correct, strings.Join(rep.Violations, "\n"))
 			}
-			if tt.wantOK && (sim.unknown < 20 || sim.phantomsSeen == 0 || sim.expiries < 20) {
+			if tt.correct && (sim.unknown < 20 || sim.phantomsSeen == 0 || sim.expiries < 20) {
 				t.Errorf("the simulation is too tame to mean much: %d unknown, %d phantoms seen, %d expiries", sim.unknown, sim.phantomsSeen, sim.expiries)
 			}
-			if tt.wantOK && tt.owners && (sim.retries < 20 || sim.retryHits < 5) {
+			if tt.correct && tt.owners && (sim.retries < 20 || sim.retryHits < 5) {
 				t.Errorf("too few retries to mean much: %d retries, %d answered with the owner's grant", sim.retries, sim.retryHits)
 			}
-			if !tt.wantOK && !strings.Contains(strings.Join(rep.Violations, "\n"), "linearizability") {
+			if !tt.correct && !strings.Contains(strings.Join(rep.Violations, "\n"), "linearizability") {
 				t.Errorf("the bug was not caught by porcupine: %v", rep.Violations)
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,6 +28,9 @@ type failureData struct {
 	writes        []WriteEvent
 	writesDropped int
 	schedule      []Fault
+	start         time.Time      // wall clock of the recorder's zero
+	connNode      map[int]int    // connection number -> the node it went to (0: unknown)
+	nodeLogs      map[int]string // node id -> its log file, copied into the run's dir
 }
 
 // writeFailureFiles writes the files of a failed run r into r.OutDir and
@@ -53,6 +57,14 @@ func writeFailureFiles(r *Result, d *failureData) ([]string, error) {
 		try(filepath.Join(r.OutDir, name+".txt"), func(w *bufio.Writer) { writeKeyHistory(w, key, r, d) })
 	}
 	try(filepath.Join(r.OutDir, "faults.txt"), func(w *bufio.Writer) { writeFaults(w, r, d.schedule) })
+	for _, id := range slices.Sorted(maps.Keys(d.nodeLogs)) {
+		raw, err := os.ReadFile(d.nodeLogs[id])
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		try(filepath.Join(r.OutDir, fmt.Sprintf("node-%d.log", id)), func(w *bufio.Writer) { w.Write(raw) })
+	}
 	if len(errs) > 0 {
 		return files, fmt.Errorf("writing a failure's files: %s", strings.Join(errs, "; "))
 	}
@@ -135,6 +147,9 @@ func mentions(text, key string) bool {
 func writeKeyHistory(w *bufio.Writer, key string, r *Result, d *failureData) {
 	fmt.Fprintf(w, "# key %s of the failed chaos run with seed %d (reproduce with: %s)\n", key, r.Config.Seed, r.Config.reproduce())
 	w.WriteString("# Times are on the recorder's clock, in ms: a violation's 9m42.540419199s is 582540.419ms here.\n")
+	if !d.start.IsZero() {
+		fmt.Fprintf(w, "# The recorder's 0 ms is %s on the wall clock of the nodes' logs (node-N.log).\n", d.start.UTC().Format("2006-01-02T15:04:05.000000Z"))
+	}
 	w.WriteString("#\n# Violations naming this key:\n")
 	for _, v := range r.Violations {
 		if mentions(v.Text, key) {
@@ -148,11 +163,19 @@ func writeKeyHistory(w *bufio.Writer, key string, r *Result, d *failureData) {
 			ops = append(ops, &d.history[i])
 		}
 	}
-	fmt.Fprintf(w, "\n## Wire ops (%d) in Call order: connection, the request as sent (A: lease, wait, owner), [Call, Return], the answer.\n", len(ops))
+	fmt.Fprintf(w, "\n## Wire ops (%d) in Call order: connection (and the node it went to), the request as sent (A: lease, wait, owner), [Call, Return], the answer.\n", len(ops))
 	w.WriteString("## \"unanswered\": no answer came before the connection failed or the run ended (Return is then);\n")
 	w.WriteString("## \"(unknown)\": the op may or may not have taken effect, at any time after its Call.\n")
 	for _, o := range ops {
-		w.WriteString(o.String())
+		line := o.String()
+		if n := d.connNode[o.Conn]; n != 0 {
+			// "conn 7 A ..." becomes "conn 7 (node 2) A ...".
+			prefix := fmt.Sprintf("conn %d", o.Conn)
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				line = fmt.Sprintf("%s (node %d)%s", prefix, n, rest)
+			}
+		}
+		w.WriteString(line)
 		if o.outcome() == outcomeUnknown {
 			w.WriteString(" (unknown)")
 		}

@@ -112,7 +112,12 @@ func TestRunFailureFiles(t *testing.T) {
 	res.add(CheckerFence, fenceText(w)+fenceDetail(w, events, h))
 	res.add(CheckerLinearizability, `key "chaos/b" (1 ops): inconclusive, porcupine ran out of its 2m0s budget`)
 	res.add(CheckerNodeExit, "node 2 exited with status 2") // names no key
-	d := &failureData{history: h, events: events, writes: writes, schedule: schedule}
+	nodeLog := filepath.Join(t.TempDir(), "n3.log")
+	if err := os.WriteFile(nodeLog, []byte("the log of node 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := &failureData{history: h, events: events, writes: writes, schedule: schedule,
+		start: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC), connNode: map[int]int{1: 2}, nodeLogs: map[int]string{3: nodeLog}}
 
 	files, err := writeFailureFiles(&res, d)
 	if err != nil {
@@ -122,6 +127,7 @@ func TestRunFailureFiles(t *testing.T) {
 		filepath.Join(res.OutDir, "history-chaos_a.txt"),
 		filepath.Join(res.OutDir, "history-chaos_b.txt"),
 		filepath.Join(res.OutDir, "faults.txt"),
+		filepath.Join(res.OutDir, "node-3.log"),
 	}
 	if !slices.Equal(files, want) {
 		t.Fatalf("files %q, want %q", files, want)
@@ -166,7 +172,8 @@ func TestRunFailureFiles(t *testing.T) {
 	b := read(files[1])
 	for _, want := range []string{
 		`#   linearizability: key "chaos/b" (1 ops): inconclusive`,
-		"conn 1 A chaos/b 100 -1 [1.000ms, 2.000ms] OK 7\n",
+		"# The recorder's 0 ms is 2026-12-01T12:00:00.000000Z on the wall clock",
+		"conn 1 (node 2) A chaos/b 100 -1 [1.000ms, 2.000ms] OK 7\n",
 		"w3 query chaos/b [3.000ms, 4.000ms] -> ok free\n",
 		"w2 write chaos/b token 7 at 3.000ms",
 	} {

@@ -54,6 +54,22 @@ func (r *Recorder) Wrap(nc net.Conn) net.Conn {
 	return c
 }
 
+// ConnAddrs returns the server address of every recorded connection, by
+// connection number (the Op.Conn of its requests).
+func (r *Recorder) ConnAddrs() map[int]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	addrs := make(map[int]string, len(r.conns))
+	for _, c := range r.conns {
+		addrs[c.id] = c.RemoteAddr().String()
+	}
+	return addrs
+}
+
+// Start is the wall-clock time of the recorder's zero, to line its times up
+// with the nodes' logs.
+func (r *Recorder) Start() time.Time { return r.start }
+
 // Finish ends the recording: every request still unanswered becomes unknown
 // with Return = now, and traffic after this is ignored (the run is over;
 // what comes later is teardown).

@@ -303,7 +303,10 @@ func Run(t *testing.T, cfg Config) Result {
 	history := rec.History()
 	// The client-level side of the run, kept for a failure's files and to
 	// explain a fence violation.
-	d := &failureData{history: history, schedule: schedule}
+	d := &failureData{history: history, schedule: schedule, start: rec.Start(), connNode: connNodes(rec.ConnAddrs(), nodes), nodeLogs: make(map[int]string)}
+	for _, n := range nodes {
+		d.nodeLogs[n.ID] = n.LogPath
+	}
 	d.events, d.eventsDropped = wl.Events()
 	d.writes, d.writesDropped = resource.Writes()
 	res.Report = Check(history, rec.Problems(), CheckConfig{AnswerBound: AnswerBound, OutDir: res.OutDir, Timeout: cfg.CheckTimeout})
@@ -386,6 +389,20 @@ func outDir(t *testing.T, cfg Config) string {
 		}
 	})
 	return dir
+}
+
+// connNodes maps each recorded connection to the node whose client address
+// it went to.
+func connNodes(addrs map[int]string, nodes []*harness.Node) map[int]int {
+	byAddr := make(map[string]int, len(nodes))
+	for _, n := range nodes {
+		byAddr[n.ClientAddr] = n.ID
+	}
+	m := make(map[int]int, len(addrs))
+	for id, a := range addrs {
+		m[id] = byAddr[a]
+	}
+	return m
 }
 
 // startClients starts n clients of the cluster whose every connection the

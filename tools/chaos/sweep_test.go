@@ -6,29 +6,14 @@ import (
 	"time"
 )
 
-// TestCheckSweepSynthetic: the sweep passes the simulated correct server's
+// TestCheckSweepSynthetic: the sweep passes the simulated correct servers'
 // histories, with unknown outcomes, phantoms, owners and leaderless spells,
-// and finds a dead end in those of a server that ends leases early or
-// shares a grant between owners; quickly, as it is meant to be cheap.
+// and finds a dead end in those of the servers with a planted bug
+// (simulatedServers); quickly, as it is meant to be cheap.
 func TestCheckSweepSynthetic(t *testing.T) {
-	tests := []struct {
-		name                string
-		seed                uint64
-		stall, owners, bug  bool
-		shareBug, wantFound bool
-	}{
-		{"correct server", 1, false, false, false, false, false},
-		{"correct server with leaderless spells", 3, true, false, false, false, false},
-		{"correct server with owners and leaderless spells", 6, true, true, false, false, false},
-		{"server ends leases early", 1, false, false, true, false, true},
-		{"server ends leases early, with owners", 4, false, true, true, false, true},
-		{"server shares a grant with another owner", 4, false, true, false, true, true},
-	}
-	for _, tt := range tests {
+	for _, tt := range simulatedServers {
 		t.Run(tt.name, func(t *testing.T) {
-			sim := newSimulation(tt.seed, tt.bug)
-			sim.stall, sim.owners, sim.shareBug = tt.stall, tt.owners, tt.shareBug
-			h := sim.run(5000)
+			_, h := tt.history()
 			start := time.Now()
 			found := 0
 			for _, kc := range porcupineHistories(h) {
@@ -36,14 +21,14 @@ func TestCheckSweepSynthetic(t *testing.T) {
 				switch {
 				case r.gaveUp != "":
 					t.Errorf("key %q: %s", kc.key, r.describe(kc.ops))
-				case !r.ok && !tt.wantFound:
+				case !r.ok && tt.correct:
 					t.Errorf("key %q of a correct server: %s", kc.key, r.describe(kc.ops))
 				case !r.ok:
 					found++
 					t.Logf("key %q: %s", kc.key, r.describe(kc.ops))
 				}
 			}
-			if tt.wantFound && found == 0 {
+			if !tt.correct && found == 0 {
 				t.Error("the bug was not found on any key")
 			}
 			if took := time.Since(start); took > 10*time.Second {

@@ -163,11 +163,11 @@ var built string
 // once into a temporary directory, runs the tests, removes the build and
 // exits with the tests' status. It builds nothing when no end-to-end test
 // will run: under -short (they skip themselves), go test -list (make fuzz
-// discovers targets so) or -run '^$'.
+// discovers targets so) or -run '^$' without -bench.
 func Main(m *testing.M) {
 	flag.Parse()
 	if testing.Short() || flag.Lookup("test.list").Value.String() != "" ||
-		flag.Lookup("test.run").Value.String() == "^$" {
+		flag.Lookup("test.run").Value.String() == "^$" && flag.Lookup("test.bench").Value.String() == "" {
 		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "batond-e2e-")

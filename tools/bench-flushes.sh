@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Device flushes per acknowledged request: a fresh cluster of NODES (1 or
+# 3, all on this machine and its one disk, 127.0.0.1 only), driven through
+# node 1 by baton bench, with the disk's completed flush requests counted
+# from /proc/diskstats before and after each run. Every acquire and every
+# release is one request. Prints every run and the medians.
+#
+#   tools/bench-flushes.sh           # NODES=3 SHARDS=4 CONNS=1 DEPTH=1 DURATION=6s RUNS=3
+#   CONNS=16 DEPTH=16 tools/bench-flushes.sh
+#
+# The count is the whole device's: anything else writing to the disk in
+# the meantime is counted too, so run it on a quiet machine.
+source "$(dirname "$0")/bench-lib.sh"
+
+NODES=${NODES:-3}
+SHARDS=${SHARDS:-4}
+CONNS=${CONNS:-1}
+DEPTH=${DEPTH:-1}
+DURATION=${DURATION:-6s}
+RUNS=${RUNS:-3}
+
+dev=$(basename "$(df --output=source "$work" | tail -1)")
+flushes() { awk -v d="$dev" '$3 == d { print $19 }' /proc/diskstats; }
+[ -n "$(flushes)" ] || { echo "no flush count for device $dev in /proc/diskstats"; exit 1; }
+
+pids=()
+stopall() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
+trap 'stopall; rm -rf "$work"' EXIT
+
+startall() {
+	local peers="" i
+	rm -rf "$work"/n*
+	for i in $(seq "$NODES"); do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
+	for i in $(seq "$NODES"); do
+		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --shards "$SHARDS" >"$work/n$i.log" 2>&1 &
+		pids+=($!)
+	done
+	wait_ready 127.0.0.1:17910 || { echo "cluster of $NODES did not settle:"; tail -5 "$work"/n*.log; exit 1; }
+}
+
+echo "device $dev, $NODES nodes, $SHARDS shards, $CONNS x $DEPTH, $DURATION"
+: >"$work/per"; : >"$work/rate"; : >"$work/p50"
+for run in $(seq "$RUNS"); do
+	startall
+	before=$(flushes)
+	bin/baton bench --addr 127.0.0.1:17910 --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" --warmup 0 \
+		--quiet --json "$work/r.json" >/dev/null
+	after=$(flushes)
+	stopall
+	cycles=$(jq -r '.cycles' "$work/r.json")
+	requests=$((2 * cycles))
+	per=$(awk -v f=$((after - before)) -v r="$requests" 'BEGIN { printf "%.2f", f / r }')
+	rate=$(jq -r '.cycles_per_sec | floor' "$work/r.json")
+	p50=$(jq -r '.acquire_us.p50' "$work/r.json")
+	echo "run=$run flushes=$((after - before)) requests=$requests flushes/request=$per cycles/s=$rate acquire_p50_us=$p50 errors=$(jq -c '.errors' "$work/r.json")"
+	echo "$per" >>"$work/per"; echo "$rate" >>"$work/rate"; echo "$p50" >>"$work/p50"
+done
+echo "MEDIAN flushes/request=$(median <"$work/per") cycles/s=$(median <"$work/rate") acquire_p50_us=$(median <"$work/p50")"
