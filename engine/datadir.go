@@ -25,6 +25,10 @@ type settings struct {
 	Shards  int      `json:"shards"`
 	ID      uint64   `json:"id"`
 	Peers   []string `json:"peers"`
+	// RaftLog is the Raft log store (RaftLogBaton, RaftLogDragonboat); a
+	// data dir from before it was recorded has dragonboat's, and dragonboat
+	// refuses to open a NodeHost dir with another store than it was made by.
+	RaftLog string `json:"raft_log,omitempty"`
 }
 
 // dataDir is an opened, locked data directory.
@@ -65,14 +69,17 @@ func openDataDir(cfg *Config) (*dataDir, error) {
 }
 
 func (d *dataDir) reconcile(cfg *Config) error {
-	want := settings{Version: 1, Shards: cfg.Shards, ID: cfg.ID, Peers: cfg.peerStrings()}
+	want := settings{Version: 1, Shards: cfg.Shards, ID: cfg.ID, Peers: cfg.peerStrings(), RaftLog: cfg.RaftLog}
 	path := filepath.Join(d.path, settingsFile)
 	raw, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		if want.Shards == 0 {
 			want.Shards = DefaultShards
 		}
-		cfg.Shards = want.Shards
+		if want.RaftLog == "" {
+			want.RaftLog = DefaultRaftLog
+		}
+		cfg.Shards, cfg.RaftLog = want.Shards, want.RaftLog
 		return writeFileSync(path, want)
 	}
 	if err != nil {
@@ -82,7 +89,12 @@ func (d *dataDir) reconcile(cfg *Config) error {
 	if err := json.Unmarshal(raw, &have); err != nil {
 		return fmt.Errorf("data dir %s: %s is damaged: %v", d.path, settingsFile, err)
 	}
+	if have.RaftLog == "" {
+		have.RaftLog = RaftLogDragonboat
+	}
 	switch {
+	case want.RaftLog != "" && want.RaftLog != have.RaftLog:
+		return fmt.Errorf("data dir %s was created with --raft-log %s; refusing to start with --raft-log %s", d.path, have.RaftLog, want.RaftLog)
 	case want.Shards != 0 && want.Shards != have.Shards:
 		return fmt.Errorf("data dir %s was created with --shards %d; refusing to start with --shards %d", d.path, have.Shards, want.Shards)
 	case want.ID != have.ID:
@@ -90,7 +102,7 @@ func (d *dataDir) reconcile(cfg *Config) error {
 	case !slices.Equal(want.Peers, have.Peers):
 		return fmt.Errorf("data dir %s was created with --peers %s; refusing to start with --peers %s", d.path, joinPeers(have.Peers), joinPeers(want.Peers))
 	}
-	cfg.Shards = have.Shards
+	cfg.Shards, cfg.RaftLog = have.Shards, have.RaftLog
 	return nil
 }
 

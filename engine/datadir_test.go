@@ -3,6 +3,7 @@ package engine
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -41,5 +42,58 @@ func TestSettingsFileDirectorySynced(t *testing.T) {
 		if !ok {
 			t.Errorf("%s was never synced (synced: %q)", d, synced)
 		}
+	}
+}
+
+// The Raft log store is fixed when a data dir is created: a new one gets
+// DefaultRaftLog (or the one asked for), a data dir from before the store
+// was recorded has dragonboat's, and asking for another one is refused.
+func TestRaftLogSetting(t *testing.T) {
+	peers := []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}
+	open := func(dir, raftLog string) (string, error) {
+		cfg := Config{ID: 1, Peers: peers, DataDir: dir, RaftLog: raftLog}
+		d, err := openDataDir(&cfg)
+		if err != nil {
+			return "", err
+		}
+		d.close()
+		return cfg.RaftLog, nil
+	}
+	for _, tc := range []struct {
+		name     string
+		settings string // an existing baton.json; "" for a new data dir
+		ask      string
+		want     string // "" when refused
+	}{
+		{"new dir, default", "", "", DefaultRaftLog},
+		{"new dir, dragonboat asked for", "", RaftLogDragonboat, RaftLogDragonboat},
+		{"dir from before the setting", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"]}`, "", RaftLogDragonboat},
+		{"dir from before, baton asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"]}`, RaftLogBaton, ""},
+		{"baton dir, dragonboat asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"baton"}`, RaftLogDragonboat, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			if tc.settings != "" {
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, settingsFile), []byte(tc.settings), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := open(dir, tc.ask)
+			if tc.want == "" {
+				if err == nil || !strings.Contains(err.Error(), "--raft-log") {
+					t.Fatalf("opened with %q (err %v), want a refusal naming --raft-log", got, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("raft log %q, %v; want %q", got, err, tc.want)
+			}
+			if again, err := open(dir, ""); err != nil || again != tc.want {
+				t.Fatalf("reopened: %q, %v; want %q kept", again, err, tc.want)
+			}
+		})
 	}
 }

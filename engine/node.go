@@ -11,6 +11,10 @@
 // the state machine calls the node's Observer methods on every replica; the
 // shard updates its view of the table and, on the node that proposed the
 // entry, answers the requesters.
+//
+// Dragonboat keeps each shard's Raft log in the store Config.RaftLog names:
+// engine/raftlog, baton's own (it does not sync a change of the commit
+// index alone), or dragonboat's (raftStorageConfig).
 package engine
 
 import (
@@ -33,6 +37,7 @@ import (
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 
+	"github.com/baton-dev/baton/engine/raftlog"
 	sm "github.com/baton-dev/baton/statemachine"
 )
 
@@ -73,8 +78,25 @@ type Config struct {
 	// SnapshotEntries is the number of applied entries of a shard between
 	// two snapshots (and log compactions); 0 means DefaultSnapshotEntries.
 	SnapshotEntries uint64
-	Logger          *slog.Logger
+	// RaftLog is the Raft log store, RaftLogBaton or RaftLogDragonboat;
+	// "" means the one DataDir was created with, or DefaultRaftLog for a
+	// new one. It cannot change for an existing data dir.
+	RaftLog string
+	Logger  *slog.Logger
 }
+
+// Raft log stores (Config.RaftLog).
+const (
+	// RaftLogBaton is engine/raftlog: dragonboat's semantics, but a change
+	// of the commit index alone is not synced (one device flush per request
+	// on each node instead of two; BENCHMARKS.md).
+	RaftLogBaton = "baton"
+	// RaftLogDragonboat is dragonboat's own store, which syncs every state
+	// change; data dirs created before RaftLog existed have it.
+	RaftLogDragonboat = "dragonboat"
+	// DefaultRaftLog is the store of a new data dir.
+	DefaultRaftLog = RaftLogBaton
+)
 
 // ParsePeers parses the --peers syntax: RAFT_ADDR/CLIENT_ADDR entries,
 // comma-separated, in priority order.
@@ -128,6 +150,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--shards %d out of range 1..%d", c.Shards, sm.MaxShards)
 	case c.DataDir == "":
 		return errors.New("--data is empty")
+	case c.RaftLog != "" && c.RaftLog != RaftLogBaton && c.RaftLog != RaftLogDragonboat:
+		return fmt.Errorf("--raft-log %q: want %s or %s", c.RaftLog, RaftLogBaton, RaftLogDragonboat)
 	}
 	if c.RaftListen != "" {
 		if _, port, err := net.SplitHostPort(c.RaftListen); err != nil || port == "" {
@@ -217,7 +241,7 @@ func (n *Node) start() error {
 		RaftAddress:       me.RaftAddr,
 		ListenAddress:     n.cfg.raftListen(),
 		RaftEventListener: n,
-		Expert:            raftStorageConfig(),
+		Expert:            raftStorageConfig(n.cfg.RaftLog),
 	})
 	if err != nil {
 		return fmt.Errorf("start raft on %s: %w", n.cfg.raftListen(), err)
@@ -361,13 +385,21 @@ func (n *Node) LeaderUpdated(info raftio.LeaderInfo) {
 // The log's memtables are 4 MiB (dragonboat's smallest preset has 16): they
 // live outside the Go heap, up to four at once, and a lock server's memory
 // should grow with the locks it holds, not with its write buffers.
-func raftStorageConfig() config.ExpertConfig {
+//
+// With RaftLogBaton the store is engine/raftlog (one pebble instance for
+// every shard as well, its own memtable sizes), plugged in through
+// Expert.LogDBFactory; the LogDB sizes above are then dragonboat's only.
+func raftStorageConfig(raftLog string) config.ExpertConfig {
 	logdb := config.GetSmallMemLogDBConfig()
 	logdb.KVWriteBufferSize = 4 << 20
 	logdb.Shards = 1
 	engine := config.GetDefaultEngineConfig()
 	engine.ExecShards = 1
-	return config.ExpertConfig{LogDB: logdb, Engine: engine}
+	expert := config.ExpertConfig{LogDB: logdb, Engine: engine}
+	if raftLog == RaftLogBaton {
+		expert.LogDBFactory = &raftlog.Factory{}
+	}
+	return expert
 }
 
 // unwrapSyscall shortens "listen tcp 127.0.0.1:7700: bind: address already

@@ -7,6 +7,7 @@
 #
 #   tools/bench-flushes.sh           # NODES=3 SHARDS=4 CONNS=1 DEPTH=1 DURATION=6s RUNS=3
 #   CONNS=16 DEPTH=16 tools/bench-flushes.sh
+#   RAFT_LOG=dragonboat tools/bench-flushes.sh    # batond --raft-log (default: batond's)
 #
 # The count is the whole device's: anything else writing to the disk in
 # the meantime is counted too, so run it on a quiet machine.
@@ -18,6 +19,7 @@ CONNS=${CONNS:-1}
 DEPTH=${DEPTH:-1}
 DURATION=${DURATION:-6s}
 RUNS=${RUNS:-3}
+RAFT_LOG=${RAFT_LOG:-}
 
 dev=$(basename "$(df --output=source "$work" | tail -1)")
 flushes() { awk -v d="$dev" '$3 == d { print $19 }' /proc/diskstats; }
@@ -32,13 +34,13 @@ startall() {
 	rm -rf "$work"/n*
 	for i in $(seq "$NODES"); do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
 	for i in $(seq "$NODES"); do
-		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --shards "$SHARDS" >"$work/n$i.log" 2>&1 &
+		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --shards "$SHARDS" ${RAFT_LOG:+--raft-log "$RAFT_LOG"} >"$work/n$i.log" 2>&1 &
 		pids+=($!)
 	done
 	wait_ready 127.0.0.1:17910 || { echo "cluster of $NODES did not settle:"; tail -5 "$work"/n*.log; exit 1; }
 }
 
-echo "device $dev, $NODES nodes, $SHARDS shards, $CONNS x $DEPTH, $DURATION"
+echo "device $dev, $NODES nodes, $SHARDS shards, $CONNS x $DEPTH, $DURATION, raft log ${RAFT_LOG:-batond's default}"
 : >"$work/per"; : >"$work/rate"; : >"$work/p50"
 for run in $(seq "$RUNS"); do
 	startall

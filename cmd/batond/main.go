@@ -63,6 +63,12 @@ Flags:
                   take a Raft snapshot and compact the log every N applied
                   entries of a shard (default 100000); a follower further
                   behind than the log kept catches up from a snapshot
+  --raft-log NAME the Raft log store, fixed when the data dir is created:
+                  baton (syncs term, vote, entries and snapshots, not a
+                  change of the commit index alone) or dragonboat (its own
+                  store, which syncs every change); "" takes the one stored
+                  in DIR (default "", meaning baton for a new data dir and
+                  dragonboat for one created before this flag)
   --log-level L   debug, info, warn or error (default info)
   --help          show this text
 
@@ -79,6 +85,7 @@ type options struct {
 	rtt        time.Duration
 	snapEvery  uint64
 	logLevel   string
+	raftLog    string
 }
 
 // defaultGCPercent is batond's GOGC unless the environment sets one. The
@@ -127,7 +134,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	node, err := engine.Start(engine.Config{
 		ID: opts.id, Peers: peers, RaftListen: opts.raftListen, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt,
-		SnapshotEntries: opts.snapEvery, Logger: log,
+		SnapshotEntries: opts.snapEvery, RaftLog: opts.raftLog, Logger: log,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
@@ -166,6 +173,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.rtt, "rtt", 10*time.Millisecond, "")
 	fs.Uint64Var(&o.snapEvery, "snapshot-entries", engine.DefaultSnapshotEntries, "")
 	fs.StringVar(&o.logLevel, "log-level", "info", "")
+	fs.StringVar(&o.raftLog, "raft-log", "", "")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
