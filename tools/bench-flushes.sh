@@ -7,7 +7,7 @@
 #
 #   tools/bench-flushes.sh           # NODES=3 SHARDS=4 CONNS=1 DEPTH=1 DURATION=6s RUNS=3
 #   CONNS=16 DEPTH=16 tools/bench-flushes.sh
-#   RAFT_LOG=dragonboat tools/bench-flushes.sh    # batond --raft-log (default: batond's)
+#   RAFT_LOG=dragonboat tools/bench-flushes.sh    # batond --raft-log (default: batond's default)
 #
 # The count is the whole device's: anything else writing to the disk in
 # the meantime is counted too, so run it on a quiet machine.
@@ -40,7 +40,7 @@ startall() {
 	wait_ready 127.0.0.1:17910 || { echo "cluster of $NODES did not settle:"; tail -5 "$work"/n*.log; exit 1; }
 }
 
-echo "device $dev, $NODES nodes, $SHARDS shards, $CONNS x $DEPTH, $DURATION, raft log ${RAFT_LOG:-batond's default}"
+echo "device $dev, $NODES nodes, $SHARDS shards, $CONNS x $DEPTH, $DURATION, raft log ${RAFT_LOG:-the default}"
 : >"$work/per"; : >"$work/rate"; : >"$work/p50"
 for run in $(seq "$RUNS"); do
 	startall
