@@ -15,6 +15,17 @@ CHAOS_SEED ?= $(shell date +%s%N)
 CHAOS_SEED := $(CHAOS_SEED)
 export CHAOS_SEED
 
+# staticcheck, pinned, installed into bin/ by `make test` on first use (the
+# Go module proxy serves it; nothing else is needed).
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK         := bin/staticcheck-$(STATICCHECK_VERSION)
+
+$(STATICCHECK):
+	mkdir -p bin
+	GOBIN="$$(pwd)/bin/.staticcheck" $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv bin/.staticcheck/staticcheck $@
+	rmdir bin/.staticcheck
+
 .PHONY: build run test bench fuzz clean
 
 build:
@@ -24,8 +35,9 @@ build:
 run: build
 	./bin/batond
 
-test:
+test: $(STATICCHECK)
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 	@unformatted="$$($(GOFMT) -l .)"; \
 	if [ -n "$$unformatted" ]; then \
 		echo "gofmt needed on:"; echo "$$unformatted"; exit 1; \

@@ -22,9 +22,9 @@ const (
 	pullBackoff = 500 * time.Millisecond
 	// catchUpTimeout bounds the ReadIndex that proves a node caught up.
 	catchUpTimeout = 2 * time.Second
-	// handOffPerTarget bounds the wait for one hand-off target to take
+	// transferPerTarget bounds the wait for one hand-off target to take
 	// every shard before the next candidate is tried.
-	handOffPerTarget = time.Second
+	transferPerTarget = time.Second
 )
 
 // clustered reports whether there is anyone to share leadership with.
@@ -92,11 +92,11 @@ func (n *Node) pull(s *shard) {
 	n.log.Info("taking leadership back", "shard", s.id)
 }
 
-// handOff moves the leadership of every shard this node leads to the next
-// live node in priority order, and waits (bounded by ctx and
-// handOffPerTarget per candidate) until the transfers are done. Waiters are
+// transferLeadership moves the leadership of every shard this node leads to
+// the next live node in priority order, and waits (bounded by ctx and
+// transferPerTarget per candidate) until the transfers are done. Waiters are
 // answered MOVED by the shards themselves as the new leader shows up.
-func (n *Node) handOff(ctx context.Context) {
+func (n *Node) transferLeadership(ctx context.Context) {
 	n.draining.Store(true) // no more pulling: we are leaving
 	if !n.clustered() {
 		return
@@ -115,7 +115,7 @@ func (n *Node) handOff(ctx context.Context) {
 		for _, s := range led {
 			_ = n.nh.RequestLeaderTransfer(s.id, id)
 		}
-		until := time.Now().Add(handOffPerTarget)
+		until := time.Now().Add(transferPerTarget)
 		for len(n.ledShards()) > 0 && time.Now().Before(until) && ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}

@@ -102,3 +102,37 @@ func TestNotServingQueryWaitsForEarlierRead(t *testing.T) {
 		t.Fatalf("answers %q", got)
 	}
 }
+
+// In a cluster, an R or K of a key the leader knows nothing of is not
+// answered NOTHELD from the view (which a paused, deposed leader would
+// answer from): it goes through Raft. A single node answers at once.
+func TestUnknownKeyReleaseGoesThroughRaftInCluster(t *testing.T) {
+	for _, clustered := range []bool{false, true} {
+		s := testShard(t)
+		if clustered {
+			s.node.cfg.Peers = append(s.node.cfg.Peers, Peer{RaftAddr: "127.0.0.1:3", ClientAddr: "127.0.0.1:4"})
+		}
+		cs := newConn()
+		request(t, s, cs, "R nobody 1025")
+		if !clustered {
+			if got := answers(cs); len(got) != 1 || got[0] != "R nobody NOTHELD" {
+				t.Fatalf("single node: %q, want NOTHELD at once", got)
+			}
+			continue
+		}
+		if got := answers(cs); got != nil {
+			t.Fatalf("cluster: answered %q from the view", got)
+		}
+		p, cmds := take(t, s)
+		if len(cmds) != 1 || cmds[0].Op != sm.OpRelease {
+			t.Fatalf("cluster: proposed %+v, want the Release", cmds)
+		}
+		apply(s, p, cmds, sm.Result{Code: sm.NotHeld})
+		if got := answers(cs); len(got) != 1 || got[0] != "R nobody NOTHELD" {
+			t.Fatalf("cluster: %q after the Release applied", got)
+		}
+		if len(s.keys) != 0 {
+			t.Fatalf("cluster: %d keys kept after the answer", len(s.keys))
+		}
+	}
+}

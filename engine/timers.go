@@ -1,6 +1,12 @@
 package engine
 
-import "container/heap"
+import (
+	"container/heap"
+	"time"
+
+	"github.com/baton-dev/baton/codec"
+	sm "github.com/baton-dev/baton/statemachine"
+)
 
 // The shard keeps two min-heaps of deadlines: one entry per held key (its
 // lease) and one per waiter with a finite wait. Each item knows its position,
@@ -95,4 +101,154 @@ func nextDeadline(l deadlineHeap[*keyState], w deadlineHeap[*waiter]) (int64, bo
 		return a, true
 	}
 	return b, okB
+}
+
+// ---- the shard's lease and wait timers ----
+
+// setDeadline starts the holder's lease afresh from now.
+//
+// Only the serving leader arms the lease timer: a follower's deadlines are
+// restarted by startServing when it takes over, so keeping a heap of them
+// would cost every follower a heap update per command for nothing. A key
+// still armed from an earlier term is moved, to keep the heap ordered.
+func (s *shard) setDeadline(ks *keyState, now int64) {
+	ks.deadline = now + msToNanos(ks.leaseMs)
+	plantedDeadline(ks, now) // the chaos run's planted bug; a no-op without -tags chaosmutation
+	if s.serving || ks.leaseIdx != notInHeap {
+		s.leases.set(ks)
+		s.timerMayBeEarlier(ks.deadline)
+	}
+}
+
+// expireFailed re-arms a held key's lease after an Expire of ours did not
+// apply, so that the lease is looked at again.
+func (s *shard) expireFailed(ks *keyState) {
+	ks.expiring = false
+	if ks.token != 0 {
+		s.leases.set(ks)
+		s.timerMayBeEarlier(ks.deadline)
+	}
+}
+
+// timerMayBeEarlier wakes the timer goroutine if when may come before the
+// deadline it sleeps towards.
+func (s *shard) timerMayBeEarlier(when int64) {
+	if next, _ := nextDeadline(s.leases, s.waits); when > next {
+		return
+	}
+	select {
+	case s.timerKick <- struct{}{}:
+	default:
+	}
+}
+
+// fireTimers acts on every deadline due by now and returns the next one.
+func (s *shard) fireTimers(now int64) (next int64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ks, ok := s.leases.popDue(now); ok; ks, ok = s.leases.popDue(now) {
+		s.leaseDue(ks, now)
+	}
+	for w, ok := s.waits.popDue(now); ok; w, ok = s.waits.popDue(now) {
+		s.waitDue(w)
+	}
+	s.kickIfPending()
+	return nextDeadline(s.leases, s.waits)
+}
+
+// leaseDue proposes Expire for a lease that ran out, with the next waiter's
+// Grant in the same batch. Only the serving leader acts: a lease armed
+// before leadership moved away is dropped here, and re-armed by
+// startServing if leadership comes back.
+//
+// A holder's Extend in flight holds the Expire back: proposed behind it, the
+// Expire would apply after the Extend was answered OK, and end the lease it
+// had just renewed. settle re-arms the lease once no Extend is left.
+func (s *shard) leaseDue(ks *keyState, now int64) {
+	if !s.serving || ks.token == 0 || ks.expiring || ks.extending > 0 {
+		return // startServing re-arms every lease; an Expire or settle the rest
+	}
+	ks.expiring = true
+	s.propose(sm.Command{Op: sm.OpExpire, Key: bytesOf(ks.key), Token: ks.token}, origin{kind: originInternal, ks: ks, token: ks.token})
+	s.handOff(ks)
+}
+
+// waitDue answers TIMEOUT to a waiter whose wait_ms ran out.
+func (s *shard) waitDue(w *waiter) {
+	ks := w.ks
+	switch w.state {
+	case waitQueued:
+		if s.hasEarlierLive(w) {
+			w.state = waitDeferred
+			w.deferred = deferredAnswer{}
+			ks.deferred++
+			return
+		}
+		send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.handPlace(w)
+		s.finish(w)
+		s.forgetIfIdle(ks)
+	case waitGranting, waitRegranting:
+		// The Grant is in flight: answer now; a new grant that lands is
+		// released (or kept for another acquire of the owner).
+		w.abandoned = true
+		send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.handPlace(w)
+		s.finish(w)
+	}
+}
+
+// abandon forgets an acquire whose connection closed. A Grant already in
+// flight for it is released when it lands (see answer).
+func (s *shard) abandon(w *waiter) {
+	ks := w.ks
+	switch w.state {
+	case waitQueued, waitDeferred:
+		s.handPlace(w)
+		ks.unlink(w)
+		w.state = waitDone
+	case waitGranting, waitRegranting:
+		w.abandoned = true
+		s.handPlace(w)
+		ks.unlink(w)
+	}
+	s.waits.clear(w)
+	s.forgetIfIdle(ks)
+}
+
+// hasEarlierLive reports whether w's connection has an unanswered acquire of
+// the same key ahead of w.
+func (s *shard) hasEarlierLive(w *waiter) bool {
+	for z := w.ks.head; z != nil && z != w; z = z.next {
+		if z.cs == w.cs && z.live() {
+			return true
+		}
+	}
+	return false
+}
+
+// runTimers sleeps until the earliest deadline and fires what is due.
+func (s *shard) runTimers(stop <-chan struct{}) {
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		next, ok := s.fireTimers(monoNow())
+		wait := time.Hour
+		if ok {
+			wait = time.Duration(next - monoNow())
+		}
+		t.Reset(wait)
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		case <-s.timerKick:
+			if !t.Stop() {
+				select {
+				case <-t.C:
+				default:
+				}
+			}
+		}
+	}
 }

@@ -224,7 +224,8 @@ type Observer interface {
 	Reset(shardID uint64, each func(fn func(Lock)))
 	// Applied reports one applied entry: its header, commands and results
 	// (results[i] belongs to cmds[i]). It is called after the entry's
-	// changes are in the table (committed to pebble), once per decodable
+	// changes are in the in-memory table (pebble gets them with the next
+	// checkpoint: see the package doc), once per decodable
 	// entry, including entries with zero commands; undecodable entries are
 	// not reported. Command.Key and Command.Owner alias the Raft entry.
 	Applied(shardID uint64, index uint64, h Header, cmds []Command, results []Result)

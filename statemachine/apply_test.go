@@ -188,6 +188,7 @@ func TestApplyOwners(t *testing.T) {
 // lock that has none: the row is the size it was (token and lease), no
 // owner index exists, and a grant allocates only the key, as before.
 func TestLockWithoutOwnerCostsWhatItDid(t *testing.T) {
+	//lint:ignore U1000 only its size matters
 	type rowBeforeOwners struct {
 		token   uint64
 		leaseMs uint32

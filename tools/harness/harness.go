@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -81,12 +80,17 @@ func BuildTags(dir string, tags ...string) (bin string, err error) {
 }
 
 // goTool finds the go command. go test puts GOROOT/bin first on the PATH of
-// the test binary, so the lookup normally finds the go that runs the tests.
+// the test binary, so the lookup normally finds the go that runs the tests;
+// else $GOROOT/bin/go.
 func goTool() (string, error) {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p, nil
 	}
-	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	root := os.Getenv("GOROOT")
+	if root == "" {
+		return "", errors.New("go command not found on PATH, and GOROOT is not set")
+	}
+	p := filepath.Join(root, "bin", "go")
 	if _, err := os.Stat(p); err != nil {
 		return "", fmt.Errorf("go command not found on PATH nor at %s", p)
 	}

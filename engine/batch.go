@@ -1,0 +1,88 @@
+package engine
+
+import sm "github.com/baton-dev/baton/statemachine"
+
+// Building the batch the proposer proposes as one Raft entry, and waking
+// the proposer.
+
+func (s *shard) addKey(key string) *keyState {
+	ks := &keyState{key: key, leaseIdx: notInHeap}
+	s.keys[key] = ks
+	return ks
+}
+
+func (s *shard) forgetIfIdle(ks *keyState) {
+	if ks.idle() && s.keys[ks.key] == ks {
+		delete(s.keys, ks.key)
+	}
+}
+
+// propose appends one command to the batch being built.
+func (s *shard) propose(c sm.Command, o origin) {
+	s.pending.Append(c)
+	s.origins = append(s.origins, o)
+	o.ks.inflight++
+}
+
+// grantHead proposes a Grant for the next waiter if the key is free and no
+// Grant is in flight.
+func (s *shard) grantHead(ks *keyState) {
+	if s.serving && ks.token == 0 {
+		s.handOff(ks)
+	}
+}
+
+// handOff puts the next waiter's Grant in the same batch as a command that
+// may free the key, so that a hand-off costs one commit. If the key turns
+// out not to be freed, the Grant is rejected and the waiter keeps its place.
+func (s *shard) handOff(ks *keyState) {
+	if ks.granting != nil {
+		return
+	}
+	if w := ks.firstQueued(); w != nil {
+		s.proposeGrant(ks, w)
+	}
+}
+
+func (s *shard) proposeGrant(ks *keyState, w *waiter) {
+	w.state = waitGranting
+	ks.granting = w
+	s.propose(sm.Command{Op: sm.OpGrant, Key: bytesOf(ks.key), LeaseMs: w.leaseMs, Owner: bytesOf(w.owner)}, origin{kind: originGrant, ks: ks, w: w})
+}
+
+// takeProposal seals what is pending into a proposal and records it as in
+// flight; nil when there is nothing to propose.
+func (s *shard) takeProposal() *proposal {
+	var p *proposal
+	switch {
+	case s.needBarrier:
+		s.needBarrier = false
+		var empty sm.Batch
+		s.seq++
+		p = &proposal{seq: s.seq, barrier: true, data: empty.Seal(sm.Header{Proposer: s.node.proposerID, Seq: s.seq})}
+	case s.pending.Len() > 0:
+		s.seq++
+		p = &proposal{seq: s.seq, origins: s.origins, data: s.pending.Seal(sm.Header{Proposer: s.node.proposerID, Seq: s.seq})}
+		// dragonboat keeps the entry's bytes, so the next batch gets
+		// fresh memory instead of reusing this one.
+		s.pending = sm.Batch{}
+		s.origins = make([]origin, 0, len(p.origins))
+	default:
+		return nil
+	}
+	s.inflight = append(s.inflight, p)
+	return p
+}
+
+func (s *shard) kickIfPending() {
+	if s.pending.Len() > 0 || s.needBarrier {
+		s.kickProposer()
+	}
+}
+
+func (s *shard) kickProposer() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"github.com/baton-dev/baton/codec"
+	sm "github.com/baton-dev/baton/statemachine"
+)
+
+// Leadership: following Raft's view of who leads the shard, serving once
+// this node's barrier applied, and handing everything over when it stops.
+
+// leaderUpdated follows Raft's view of who leads the shard.
+func (s *shard) leaderUpdated(leaderID uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leaderID = leaderID
+	if leaderID == s.node.cfg.ID {
+		if !s.serving && !s.stopping {
+			// Serve only once an entry of our own term has applied: by then
+			// every earlier committed entry is in our view.
+			s.needBarrier = true
+			s.kickIfPending()
+		}
+		return
+	}
+	if leaderID == 0 && !s.stopping {
+		// Nobody leads for a moment (an election, a transfer): stop
+		// serving, but keep the waiters parked. They are answered MOVED
+		// once the new leader is known, or served again if it is us.
+		s.serving = false
+		s.dropPending()
+		return
+	}
+	s.stopServing()
+}
+
+// startServing runs when this node's barrier applies.
+func (s *shard) startServing(now int64) {
+	if s.serving || s.stopping || s.leaderID != s.node.cfg.ID {
+		return
+	}
+	s.serving = true
+	// Holders could not extend while no leader existed, so the new leader
+	// does not charge them for that time: every lease starts afresh.
+	// Waiters parked while nobody led are served again.
+	for _, ks := range s.keys {
+		if ks.token != 0 {
+			s.setDeadline(ks, now)
+		}
+		s.regrantParked(ks)
+		s.grantHead(ks)
+	}
+	s.kickIfPending()
+}
+
+// stopServing answers every waiter and every command not yet proposed:
+// MOVED to the new leader, or ERR unavailable.
+func (s *shard) stopServing() {
+	s.serving = false
+	s.dropPending()
+	var queue []*waiter
+	for _, ks := range s.keys {
+		// A snapshot of the queue: answering a waiter releases the answers
+		// deferred behind it, which leave the queue under the loop.
+		queue = queue[:0]
+		for w := ks.head; w != nil; w = w.next {
+			queue = append(queue, w)
+		}
+		for _, w := range queue {
+			if !w.inQueue {
+				continue
+			}
+			// Waiters ahead of w were answered already, so an earlier live
+			// acquire of its connection is one whose Grant is in flight:
+			// w's answer must not overtake that one's, which comes when
+			// the Grant applies or is dropped (then finish sends w's).
+			earlier := s.hasEarlierLive(w)
+			switch {
+			case w.state == waitQueued && earlier:
+				w.state, w.deferred = waitDeferred, deferredAnswer{err: errNotServing}
+				ks.deferred++
+				s.waits.clear(w)
+			case w.state == waitQueued:
+				s.answerNotServing(w.cs, codec.OpAcquire, bytesOf(ks.key))
+				s.finish(w)
+			case w.state == waitDeferred && !earlier:
+				s.sendDeferred(w)
+				ks.unlink(w)
+				w.state = waitDone
+				w.cs.removeWaiter(w)
+			}
+		}
+		s.forgetIfIdle(ks)
+	}
+}
+
+// dropPending answers the requesters of commands that were batched but not
+// proposed; a waiter whose Grant was among them goes back to the queue.
+func (s *shard) dropPending() {
+	for i := range s.origins {
+		o := &s.origins[i]
+		s.settle(o)
+		switch o.kind {
+		case originClient:
+			s.answerNotServing(o.cs, o.op, bytesOf(o.ks.key))
+			s.answeredClient(o)
+		case originGrant:
+			if o.ks.granting == o.w {
+				o.ks.granting = nil
+			}
+			o.w.state = waitQueued
+		case originInternal:
+			o.ks.expiring = false
+		}
+	}
+	s.pending.Reset()
+	s.origins = s.origins[:0]
+	for _, ks := range s.keys {
+		s.forgetIfIdle(ks)
+	}
+}
+
+// reset replaces the committed view of the shard with the table as loaded
+// (a snapshot recovery, or the start). Everything else keeps pointing at
+// the keyStates it knows: proposals in flight, batched origins, waiters and
+// their timers. So the keyStates are updated in place rather than replaced,
+// and each leaves the lease heap through clear, which keeps the heap's
+// indexes true; a key the new table does not hold just becomes free.
+func (s *shard) reset(each func(func(sm.Lock))) {
+	now := monoNow()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ks := range s.keys {
+		ks.token, ks.leaseMs, ks.deadline, ks.expiring = 0, 0, 0, false
+		s.leases.clear(ks)
+	}
+	clear(s.owners)
+	held := 0
+	each(func(l sm.Lock) {
+		ks := s.keys[string(l.Key)]
+		if ks == nil {
+			ks = s.addKey(string(l.Key))
+		}
+		ks.token, ks.leaseMs = l.Token, l.LeaseMs
+		s.setOwner(ks, l.Owner)
+		s.setDeadline(ks, now)
+		held++
+	})
+	// Once per shard at start, and once per snapshot recovery: rare.
+	s.node.log.Info("shard table loaded", "shard", s.id, "locks", held)
+	for _, ks := range s.keys {
+		s.grantHead(ks)
+		s.forgetIfIdle(ks)
+	}
+	s.kickIfPending()
+}

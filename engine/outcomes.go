@@ -1,0 +1,216 @@
+package engine
+
+import (
+	"errors"
+
+	"github.com/baton-dev/baton/codec"
+	sm "github.com/baton-dev/baton/statemachine"
+)
+
+// Outcomes: what an applied entry changes in the shard's view, on every
+// replica, and the answers on the node that proposed it.
+
+// applied processes one applied entry in log order.
+func (s *shard) applied(h sm.Header, cmds []sm.Command, results []sm.Result) {
+	now := monoNow()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var p *proposal
+	if h.Proposer == s.node.proposerID {
+		p = s.match(h.Seq)
+	}
+	if p != nil && p.barrier {
+		s.startServing(now)
+	}
+	for i := range cmds {
+		var o *origin
+		if p != nil && i < len(p.origins) {
+			o = &p.origins[i]
+		}
+		s.applyOne(&cmds[i], results[i], o, p != nil && p.failed, now)
+	}
+	s.kickIfPending()
+}
+
+// match finds the in-flight proposal with seq. Proposals of this node apply
+// in the order they were proposed, so any older one still in flight will
+// never apply: it is resolved as dropped.
+func (s *shard) match(seq uint64) *proposal {
+	for len(s.inflight) > 0 && s.inflight[0].seq < seq {
+		s.resolveDropped(s.popInflight())
+	}
+	if len(s.inflight) > 0 && s.inflight[0].seq == seq {
+		return s.popInflight()
+	}
+	return nil
+}
+
+// popInflight takes the oldest proposal off the in-flight list.
+func (s *shard) popInflight() *proposal {
+	p := s.inflight[0]
+	s.inflight[0] = nil
+	s.inflight = s.inflight[1:]
+	p.settled = true
+	return p
+}
+
+func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, now int64) {
+	var ks *keyState
+	if o != nil {
+		ks = o.ks
+		s.settle(o)
+	} else {
+		ks = s.keys[string(c.Key)]
+	}
+	// The committed view, kept on every replica.
+	switch res.Code {
+	case sm.Granted:
+		if ks == nil {
+			ks = s.addKey(string(c.Key))
+		}
+		ks.token, ks.leaseMs, ks.expiring = res.Token, c.LeaseMs, false
+		s.setOwner(ks, c.Owner)
+		s.setDeadline(ks, now)
+	case sm.Released, sm.Expired:
+		if ks != nil {
+			ks.token, ks.deadline, ks.expiring = 0, 0, false
+			s.leases.clear(ks)
+			s.clearOwner(ks)
+		}
+	case sm.Extended:
+		if ks != nil {
+			ks.leaseMs = c.LeaseMs
+			s.setDeadline(ks, now)
+		}
+	}
+	if ks == nil {
+		return
+	}
+	if o != nil {
+		s.answer(o, c, res, failed, now)
+	}
+	s.grantHead(ks)
+	s.forgetIfIdle(ks)
+}
+
+// settle ends the bookkeeping of one of this node's commands for its key:
+// it applied, will never apply, or was never proposed.
+func (s *shard) settle(o *origin) {
+	ks := o.ks
+	ks.inflight--
+	if !o.extends {
+		return
+	}
+	ks.extending--
+	if ks.extending == 0 && s.serving && ks.token != 0 && !ks.expiring && ks.leaseIdx == notInHeap {
+		// A lease that ran out under the Extend is looked at again (an
+		// Extend that applied sets a fresh deadline right after).
+		s.leases.set(ks)
+		s.timerMayBeEarlier(ks.deadline)
+	}
+}
+
+// answer tells the requester of one of this node's commands its outcome.
+func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now int64) {
+	ks := o.ks
+	switch o.kind {
+	case originInternal:
+		if c.Op == sm.OpExpire && res.Code != sm.Expired {
+			s.expireFailed(ks)
+		}
+	case originClient:
+		if failed {
+			return
+		}
+		st := codec.StatusNotHeld
+		if res.Code == sm.Released || res.Code == sm.Extended {
+			st = codec.StatusOK
+		}
+		send(o.cs, o.op, c.Key, st)
+		s.answeredClient(o)
+	case originGrant:
+		w := o.w
+		if w.state == waitRegranting {
+			s.regranted(w, res, failed, now)
+			return
+		}
+		if ks.granting == w {
+			ks.granting = nil
+		}
+		switch {
+		case res.Code == sm.Granted, res.Code == sm.Regranted:
+			s.granted(w, res.Token, res.Code == sm.Granted, failed, now)
+		case w.abandoned || failed:
+			s.handPlace(w)
+			s.finish(w)
+		case w.tryLock:
+			send(w.cs, codec.OpAcquire, c.Key, codec.StatusTimeout)
+			s.finish(w)
+		default:
+			w.state = waitQueued // keeps its place; the key was not free after all
+		}
+	}
+}
+
+// granted answers the acquire a grant landed for, and every other waiting
+// acquire of its owner. A new grant (fresh: not the owner's own grant found
+// again) that nobody waits for any more is given back at once.
+func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) {
+	ks := w.ks
+	live := !failed && !w.abandoned && !w.cs.peerGone(now)
+	if live {
+		w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token})
+	}
+	s.finish(w)
+	if !s.grantSameOwner(ks, w.owner, token) && !live && fresh {
+		s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: token}, origin{kind: originInternal, ks: ks, token: token})
+		s.handOff(ks)
+	}
+}
+
+// finish takes an answered waiter out of the queue, then releases answers
+// that were deferred behind it on the same connection.
+func (s *shard) finish(w *waiter) {
+	ks := w.ks
+	if ks.deferred > 0 {
+		for z := w.next; z != nil; {
+			next := z.next
+			if z.cs == w.cs {
+				if z.state != waitDeferred {
+					break
+				}
+				s.sendDeferred(z)
+				ks.unlink(z)
+				z.state = waitDone
+				z.cs.removeWaiter(z)
+			}
+			z = next
+		}
+	}
+	ks.unlink(w)
+	w.state = waitDone
+	w.cs.removeWaiter(w)
+	s.waits.clear(w)
+}
+
+// errNotServing is the deferred answer of an acquire that leadership
+// moved away from: MOVED, or ERR unavailable, decided when it is sent.
+var errNotServing = errors.New("not serving")
+
+func (s *shard) sendDeferred(z *waiter) {
+	key := bytesOf(z.ks.key)
+	if z.deferred.err == errNotServing {
+		s.answerNotServing(z.cs, codec.OpAcquire, key)
+		return
+	}
+	if z.deferred.token != 0 {
+		z.cs.send(&codec.Response{Op: codec.OpAcquire, Key: key, Status: codec.StatusOK, Token: z.deferred.token})
+		return
+	}
+	var perr *codec.ParseError
+	if errors.As(z.deferred.err, &perr) {
+		z.cs.sendParseError(&codec.Request{Op: codec.OpAcquire, Key: key}, perr)
+		return
+	}
+	send(z.cs, codec.OpAcquire, key, codec.StatusTimeout)
+}

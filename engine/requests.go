@@ -1,0 +1,218 @@
+package engine
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/baton-dev/baton/codec"
+	sm "github.com/baton-dev/baton/statemachine"
+)
+
+// Requests, as the event loops hand them over: each is answered at once
+// or becomes a command of the shard's pending batch.
+
+// handle serves one parsed request. It returns true when it queued commands
+// for the proposer.
+func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.serving {
+		if r.Op == codec.OpAcquire {
+			if ks := s.keys[string(r.Key)]; ks != nil && ks.hasLiveWaiter(cs) {
+				// An earlier acquire of the key on this connection is still
+				// unanswered (its Grant may be in flight): this answer must
+				// not overtake it, or the client would pair them wrongly.
+				s.deferAnswer(cs, ks, errNotServing)
+				return false
+			}
+		}
+		switch {
+		case r.Op == codec.OpRelease || r.Op == codec.OpExtend:
+			s.answerNow(cs, r.Op, r.Key, s.keys[string(r.Key)], "", "")
+		case r.Op == codec.OpQuery && s.node.clustered():
+			s.queueRead(cs, r.Key) // behind any earlier Q waiting for a ReadIndex (reads.go)
+		default:
+			s.answerNotServing(cs, r.Op, r.Key)
+		}
+		return false
+	}
+	before := s.pending.Len()
+	switch r.Op {
+	case codec.OpAcquire:
+		s.acquire(cs, r, now)
+	case codec.OpRelease, codec.OpExtend:
+		if s.batchFull() {
+			s.answerNow(cs, r.Op, r.Key, s.keys[string(r.Key)], codec.CodeOverloaded, tooManyCommands)
+			break
+		}
+		s.releaseOrExtend(cs, r)
+	case codec.OpQuery:
+		if !s.node.clustered() {
+			// One member: its applied view holds everything acknowledged.
+			s.query(cs, r.Key, now)
+			break
+		}
+		s.queueRead(cs, r.Key)
+	}
+	return s.pending.Len() > before
+}
+
+// badRequest answers a malformed request whose op and key could be read.
+// A malformed A waits behind an earlier unanswered A of the same key on the
+// same connection, so that answers to one (op, key) keep their order.
+func (s *shard) badRequest(cs *connState, r *codec.Request, perr *codec.ParseError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.Op == codec.OpAcquire {
+		if ks := s.keys[string(r.Key)]; ks != nil && ks.hasLiveWaiter(cs) {
+			s.deferAnswer(cs, ks, perr)
+			return
+		}
+	}
+	cs.sendParseError(r, perr)
+}
+
+func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
+	ks := s.keys[string(r.Key)]
+	if ks == nil {
+		ks = s.addKey(string(r.Key))
+	}
+	retry := s.isRetry(ks, r.Owner)
+	if r.WaitMs == codec.WaitNone && !retry && (ks.token != 0 || ks.granting != nil) {
+		if ks.hasLiveWaiter(cs) {
+			s.deferAnswer(cs, ks, nil)
+		} else {
+			send(cs, codec.OpAcquire, r.Key, codec.StatusTimeout)
+		}
+		s.forgetIfIdle(ks)
+		return
+	}
+	if (retry || ks.token == 0 && ks.granting == nil && ks.firstQueued() == nil) && s.batchFull() {
+		// It would be granted at once, by a command the batch has no room
+		// for. (An acquire that queues adds no command, and a connection's
+		// earlier acquire of the key means it queues: the order of
+		// answers to one (op, key) is kept.)
+		sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, tooManyCommands)
+		s.forgetIfIdle(ks)
+		return
+	}
+	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued, waitIdx: notInHeap}
+	if len(r.Owner) > 0 {
+		w.owner = string(r.Owner)
+	}
+	switch cs.addWaiter(w) {
+	case connClosed:
+		s.forgetIfIdle(ks)
+		return
+	case connFull:
+		sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, tooManyWaiters)
+		s.forgetIfIdle(ks)
+		return
+	}
+	ks.enqueue(w)
+	if r.WaitMs > 0 {
+		w.waitUntil = now + r.WaitMs*int64(time.Millisecond)
+		s.waits.set(w)
+		s.timerMayBeEarlier(w.waitUntil)
+	}
+	if retry {
+		// The holder's owner asks again: its Grant answers it, not the
+		// queue (owners.go).
+		s.regrant(ks, w)
+		return
+	}
+	s.grantHead(ks)
+}
+
+// deferAnswer queues a decided answer (TIMEOUT when err is nil) behind the
+// connection's earlier acquire of the same key.
+func (s *shard) deferAnswer(cs *connState, ks *keyState, err error) {
+	w := &waiter{cs: cs, ks: ks, state: waitDeferred, deferred: deferredAnswer{err: err}, waitIdx: notInHeap}
+	switch cs.addWaiter(w) {
+	case connClosed:
+		return
+	case connFull:
+		// Order gives way to the limit: answer now rather than keep more.
+		sendError(cs, codec.OpAcquire, bytesOf(ks.key), codec.CodeOverloaded, tooManyWaiters)
+		return
+	}
+	ks.enqueue(w)
+}
+
+func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
+	ks := s.keys[string(r.Key)]
+	if ks == nil {
+		if !s.node.clustered() {
+			// Nothing holds the key and nothing is in flight for it, and a
+			// single node cannot have lost its leadership: the answer is
+			// certain without a round through Raft.
+			send(cs, r.Op, r.Key, codec.StatusNotHeld)
+			return
+		}
+		// In a cluster "nothing holds it" may be a stale view: a leader
+		// that was paused serves from its view until it learns of the new
+		// term (about a second, seen in the chaos runs), and the new
+		// leader may have granted the key meanwhile. Through Raft, the
+		// answer is NOTHELD only if the committed table says so, and a
+		// deposed leader's proposal fails (MOVED).
+		ks = s.addKey(string(r.Key))
+	}
+	o := origin{kind: originClient, op: r.Op, ks: ks, cs: cs}
+	if r.Op == codec.OpRelease {
+		s.propose(sm.Command{Op: sm.OpRelease, Key: r.Key, Token: r.Token}, o)
+		s.handOff(ks)
+		return
+	}
+	if r.Token == ks.token && ks.token != 0 {
+		o.extends = true
+		ks.extending++
+	}
+	s.propose(sm.Command{Op: sm.OpExtend, Key: r.Key, Token: r.Token, LeaseMs: r.LeaseMs}, o)
+}
+
+func (s *shard) query(cs *connState, key []byte, now int64) {
+	ks := s.keys[string(key)]
+	if ks == nil || ks.token == 0 {
+		send(cs, codec.OpQuery, key, codec.StatusFree)
+		return
+	}
+	remaining := ks.deadline - now
+	if remaining < 0 {
+		remaining = 0
+	}
+	cs.send(&codec.Response{
+		Op: codec.OpQuery, Key: key, Status: codec.StatusHeld, Token: ks.token,
+		RemainingMs: uint64((remaining + int64(time.Millisecond) - 1) / int64(time.Millisecond)),
+		Owner:       bytesOf(s.ownerOf(ks)),
+	})
+}
+
+// answerNotServing answers a request this node cannot serve now: MOVED to
+// the leader when another node is known to lead, else ERR unavailable.
+func (s *shard) answerNotServing(cs *connState, op byte, key []byte) {
+	if s.leaderID != s.node.cfg.ID {
+		if addr := s.node.clientAddrOf(s.leaderID); addr != "" {
+			cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusMoved, Addr: bytesOf(addr)})
+			return
+		}
+	}
+	sendError(cs, op, key, codec.CodeUnavailable, "leadership is changing or unknown, retry")
+}
+
+// Texts of ERR overloaded.
+var (
+	tooManyWaiters  = "too many unanswered acquires on this connection (" + strconv.Itoa(maxWaitersPerConn) + ")"
+	tooManyCommands = "commits are stalled and too many commands wait to be proposed, retry later"
+	tooManyReads    = "too many queries wait for the leader to confirm its leadership, retry later"
+)
+
+// batchFull reports whether the batch has no room for a client's command.
+func (s *shard) batchFull() bool { return s.pending.Len() >= s.maxPending }
+
+func send(cs *connState, op byte, key []byte, st codec.Status) {
+	cs.send(&codec.Response{Op: op, Key: key, Status: st})
+}
+
+func sendError(cs *connState, op byte, key []byte, code, text string) {
+	cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusErr, Code: bytesOf(code), Text: bytesOf(text)})
+}
