@@ -1,10 +1,13 @@
 package client
 
+// The Client's API: New and its options, Close, and the requests (Acquire,
+// TryAcquire, Release, ForceRelease, Extend, Query). The connections it
+// sends them on are in pool.go, the retry loop they share in exchange.go.
+
 import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -41,18 +44,6 @@ const (
 	// NoWait is a try-lock: granted at once or ErrTimeout. Any negative wait
 	// means the same.
 	NoWait time.Duration = -1
-)
-
-const (
-	// maxConns bounds the connections MOVED answers can add, so that a
-	// confused server cannot make the client dial without end.
-	maxConns = 64
-	// movedHops is how many MOVED answers in a row a request follows at once;
-	// beyond that leadership is changing hands, and it backs off.
-	movedHops = 3
-	// Backoff between retries of ERR unavailable: doubling, with jitter.
-	backoffMin = 25 * time.Millisecond
-	backoffMax = time.Second
 )
 
 // Option configures a Client.
@@ -120,6 +111,9 @@ type Client struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the client started
 
+	// mu guards the pool below (pool.go). Lock order: Lock.mu then
+	// Client.mu (Lock.KeepAlive takes mu while it holds its Lock's); mu is
+	// never held together with a conn.mu.
 	mu        sync.Mutex
 	conns     []*conn
 	preferred string        // the address of the node that last sent us MOVED to itself
@@ -176,16 +170,6 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 	return cl, nil
 }
 
-// addConnLocked starts a connection to addr. cl.mu is held, or cl is not
-// shared yet.
-func (cl *Client) addConnLocked(addr string) *conn {
-	c := newConn(cl, addr)
-	cl.conns = append(cl.conns, c)
-	cl.wg.Add(1)
-	go c.run()
-	return c
-}
-
 // Close closes every connection and stops the background work. Requests
 // under way fail with ErrClosed, and so does every later call. Locks stay
 // held on the server until they are released (by another client) or their
@@ -206,321 +190,6 @@ func (cl *Client) Close() error {
 	cl.notifyChange()
 	cl.wg.Wait()
 	return nil
-}
-
-// notifyChange wakes every request waiting for a connection to come up.
-func (cl *Client) notifyChange() {
-	cl.mu.Lock()
-	close(cl.changed)
-	cl.changed = make(chan struct{})
-	cl.mu.Unlock()
-}
-
-// errTargetDown is a MOVED target that cannot be reached right now.
-var errTargetDown = errors.New("the node named by MOVED is not reachable")
-
-// pick returns a connection that is up: one to addr when addr is set (a
-// MOVED target, added to the pool if new), else one to the preferred node
-// if any is up, else any, round-robin. A connection to avoid (a node that
-// just said it cannot serve) is taken only when no other is up, and is not
-// the preferred one. It waits while a candidate is still dialling. With
-// none usable it fails with an error matching ErrUnavailable.
-func (cl *Client) pick(ctx context.Context, addr, avoid string) (*conn, error) {
-	for {
-		cl.mu.Lock()
-		if cl.closed {
-			cl.mu.Unlock()
-			return nil, ErrClosed
-		}
-		if addr != "" && !cl.knownLocked(addr) {
-			if len(cl.conns) >= maxConns {
-				cl.mu.Unlock()
-				return nil, errTargetDown
-			}
-			cl.addConnLocked(addr)
-		}
-		want := addr
-		if want == "" && cl.preferred != avoid {
-			want = cl.preferred
-		}
-		var c *conn
-		dialing := false
-		if want != "" {
-			c, dialing = cl.chooseLocked(want, "")
-		}
-		if c == nil && addr == "" {
-			c, dialing = cl.chooseLocked("", avoid)
-			if c == nil && !dialing && avoid != "" {
-				c, dialing = cl.chooseLocked("", "")
-			}
-		}
-		changed := cl.changed
-		cl.mu.Unlock()
-		if c != nil {
-			return c, nil
-		}
-		if !dialing {
-			if addr != "" {
-				// The leader named by MOVED is one we lost: it is likely
-				// back (it leads), so try it now rather than at the next
-				// scheduled dial.
-				cl.redial(addr)
-				return nil, errTargetDown
-			}
-			return nil, cl.noConnError()
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// redial asks every connection to addr to dial again soon.
-func (cl *Client) redial(addr string) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	for _, c := range cl.conns {
-		if c.addr == addr {
-			c.redialSoon()
-		}
-	}
-}
-
-// knownLocked reports whether a connection to addr exists.
-func (cl *Client) knownLocked(addr string) bool {
-	for _, c := range cl.conns {
-		if c.addr == addr {
-			return true
-		}
-	}
-	return false
-}
-
-// chooseLocked returns the next connection that is up, round-robin, among
-// those to addr ("" for all) and not to avoid, and whether one of them is
-// being dialled.
-func (cl *Client) chooseLocked(addr, avoid string) (*conn, bool) {
-	n := len(cl.conns)
-	start := int(cl.rr % uint32(n))
-	cl.rr++
-	dialing := false
-	for i := range n {
-		c := cl.conns[(start+i)%n]
-		if (addr != "" && c.addr != addr) || (avoid != "" && c.addr == avoid) {
-			continue
-		}
-		switch c.state.Load() {
-		case stateUp:
-			return c, false
-		case stateDialing:
-			dialing = true
-		}
-	}
-	return nil, dialing
-}
-
-// noConnError says why no connection is usable, naming every address.
-func (cl *Client) noConnError() error {
-	cl.mu.Lock()
-	conns := append([]*conn(nil), cl.conns...)
-	cl.mu.Unlock()
-	var parts []string
-	seen := make(map[string]bool)
-	for _, c := range conns {
-		if seen[c.addr] {
-			continue
-		}
-		seen[c.addr] = true
-		parts = append(parts, c.lastError().Error())
-	}
-	return fmt.Errorf("%w: cannot connect: %s", ErrUnavailable, strings.Join(parts, "; "))
-}
-
-// prefer makes addr the node requests go to first.
-func (cl *Client) prefer(addr string) {
-	cl.mu.Lock()
-	cl.preferred = addr
-	cl.mu.Unlock()
-}
-
-// connCount is the number of connections in the pool.
-func (cl *Client) connCount() int {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	return len(cl.conns)
-}
-
-// policy is how a request is retried.
-type policy struct {
-	// prepare, when set, fills in the request before each attempt (acquire
-	// recomputes its wait) and may end the request with an error.
-	prepare func(req *codec.Request) error
-	// steady, when positive, replaces the fail-fast rules: every failure
-	// (no connection, a lost connection, ERR unavailable or overloaded) is
-	// retried this long after, until the context ends.
-	steady time.Duration
-	// once forbids sending the request again after it may have taken
-	// effect: for a release without a token, which would free the next
-	// holder.
-	once bool
-}
-
-// answer is the outcome of a request.
-type answer struct {
-	status      codec.Status
-	token       uint64
-	remainingMs uint64
-	owner       string // Q HELD: the holder's owner, "" when it has none
-	// ambiguous: an earlier attempt may have taken effect on the server (its
-	// connection failed before the answer, or it got ERR unavailable, which
-	// covers "not committed in time").
-	ambiguous bool
-}
-
-// exchange sends req until it gets an answer other than MOVED and the
-// errors the policy retries. Every attempt sends the same req (prepare may
-// change its wait, nothing else): an acquire's owner is the same on every
-// connection it tries, which is what lets the server recognize a retry.
-// The error is the last failure when the context ends first.
-func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, p policy) (answer, error) {
-	var (
-		ans     answer
-		lastErr error
-		target  string // where MOVED told us to go
-		avoid   string // the node that last answered ERR unavailable
-		drops   int
-		hops    int
-		backoff = backoffMin
-	)
-	// pause sleeps before a retry: p.steady, or the growing backoff.
-	pause := func() error {
-		d := p.steady
-		if d <= 0 {
-			d = backoff/2 + rand.N(backoff/2+1)
-			backoff = min(2*backoff, backoffMax)
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-cl.ctx.Done():
-			return ErrClosed
-		}
-	}
-	fail := func(err error) (answer, error) {
-		if lastErr != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-			err = &gaveUpError{ctxErr: err, last: lastErr}
-		}
-		return ans, err
-	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return fail(err)
-		}
-		c, err := cl.pick(ctx, target, avoid)
-		target, avoid = "", ""
-		if err != nil {
-			switch {
-			case errors.Is(err, ErrClosed), ctx.Err() != nil:
-				return fail(err)
-			case errors.Is(err, errTargetDown):
-				// Leadership moved to a node we cannot reach (yet): as good
-				// as no leader.
-				lastErr = err
-			case p.steady > 0:
-				lastErr = err
-			default:
-				return fail(err)
-			}
-			if err := pause(); err != nil {
-				return fail(err)
-			}
-			continue
-		}
-
-		// After pick, which may have waited for a dial: a wait computed from
-		// the time left must be computed now.
-		if p.prepare != nil {
-			if err := p.prepare(req); err != nil {
-				return fail(err)
-			}
-		}
-		cll := newCall(req.Op, key)
-		if err := c.send(cll, req); err != nil {
-			// It went down between pick and send; nothing was sent, and
-			// pick will not choose it again until it is back.
-			lastErr = err
-			continue
-		}
-		select {
-		case <-cll.done:
-		case <-ctx.Done():
-			if cll.abandon() {
-				return fail(ctx.Err())
-			}
-			<-cll.done
-		}
-
-		if cll.err != nil {
-			if errors.Is(cll.err, ErrClosed) {
-				return fail(ErrClosed)
-			}
-			lastErr = cll.err
-			ans.ambiguous = true
-			if p.once {
-				return fail(fmt.Errorf("%w: %w (the request may or may not have taken effect)", ErrUnavailable, cll.err))
-			}
-			drops++
-			if p.steady > 0 {
-				if err := pause(); err != nil {
-					return fail(err)
-				}
-			} else if drops >= cl.connCount() {
-				return fail(fmt.Errorf("%w: %w", ErrUnavailable, cll.err))
-			}
-			continue
-		}
-
-		switch cll.status {
-		case codec.StatusMoved:
-			lastErr = fmt.Errorf("MOVED %s", cll.addr)
-			target = cll.addr
-			cl.prefer(cll.addr)
-			hops++
-			if hops > movedHops {
-				if err := pause(); err != nil {
-					return fail(err)
-				}
-			}
-			continue
-		case codec.StatusErr:
-			se := &ServerError{Code: cll.code, Text: cll.text}
-			retry := (se.Code == codec.CodeUnavailable && !p.once) ||
-				(se.Code == codec.CodeOverloaded && p.steady > 0)
-			if !retry {
-				return fail(se)
-			}
-			lastErr = se
-			ans.ambiguous = true
-			if se.Code == codec.CodeUnavailable {
-				// That node knows no leader (it may be cut off from the
-				// others, who elected one meanwhile): ask another, which
-				// answers or sends us on with MOVED.
-				avoid = c.addr
-			}
-			if err := pause(); err != nil {
-				return fail(err)
-			}
-			continue
-		}
-		ans.status, ans.token, ans.remainingMs, ans.owner = cll.status, cll.token, cll.remainingMs, cll.owner
-		return ans, nil
-	}
 }
 
 // checkKey validates a key before anything is sent.

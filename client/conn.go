@@ -52,6 +52,9 @@ type conn struct {
 	epoch    time.Time    // the zero of clock
 	lastRead atomic.Int64 // clock of the session's last read (stall.go); the reader sets it without mu
 
+	// Lock order: mu is a leaf. It is let go before notifyChange takes
+	// Client.mu and before a call is finished (deliver, fail), and it is
+	// never held with a Lock.mu or another conn's mu.
 	mu      sync.Mutex // never held together with Client.mu
 	nc      net.Conn   // the current session, while up
 	out     []byte     // request bytes not yet handed to the writer

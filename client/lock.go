@@ -26,6 +26,8 @@ type Lock struct {
 	token uint64
 	owner []byte // as sent; never changed, so Owner may read it without mu
 
+	// Lock order: Lock.mu then Client.mu (KeepAlive); mu is never held
+	// together with a conn.mu or another Lock's mu.
 	mu       sync.Mutex
 	lease    time.Duration // the lease asked for last, which the keep-alive renews
 	expires  time.Time     // the lease's end by the client's clock

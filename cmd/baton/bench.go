@@ -13,8 +13,6 @@ import (
 	"github.com/baton-dev/baton/bench"
 )
 
-const defaultAddr = "127.0.0.1:7700"
-
 const benchUsage = `baton bench: drive load against baton servers over the wire protocol and
 measure throughput, latency, order and (hold) memory.
 
@@ -122,31 +120,6 @@ the run checks (a key granted a token not greater than before, or a grant
 out of FIFO order); 2 bad flags; 130 interrupted (after printing what was
 measured).
 `
-
-// waitFlag is --wait: a Go duration, or -1 for try-lock.
-type waitFlag struct{ d time.Duration }
-
-func (w *waitFlag) String() string { return w.d.String() }
-
-func (w *waitFlag) Set(s string) error {
-	switch s {
-	case "-1", "-1ms":
-		w.d = -time.Millisecond
-		return nil
-	case "0":
-		w.d = 0
-		return nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return errors.New("want a duration such as 500ms, 0 (forever) or -1 (try-lock)")
-	}
-	if d < 0 {
-		return errors.New("the only negative wait is -1 (try-lock)")
-	}
-	w.d = d
-	return nil
-}
 
 type benchOpts struct {
 	cfg      bench.Config

@@ -228,7 +228,7 @@ func TestAcquireReleaseExtendQuery(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "extended cli/k") {
 		t.Fatalf("extend: %d %q", code, out)
 	}
-	code, out, _ = baton(t, addr, "query", "--json", "cli/k")
+	_, out, _ = baton(t, addr, "query", "--json", "cli/k")
 	if err := json.Unmarshal([]byte(out), &q); err != nil || q.RemainingMs <= 30000 {
 		t.Fatalf("after extend to 1m: %q", out)
 	}

@@ -1,0 +1,196 @@
+package client
+
+// The request loop: one request, sent until it gets an answer on whichever
+// connection the pool picks, following MOVED and retrying failures as its
+// policy says. A connection's own part of an exchange (queueing the bytes,
+// pairing each answer with its call) is in conn.go and pending.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/baton-dev/baton/codec"
+)
+
+const (
+	// movedHops is how many MOVED answers in a row a request follows at once;
+	// beyond that leadership is changing hands, and it backs off.
+	movedHops = 3
+	// Backoff between retries of ERR unavailable: doubling, with jitter.
+	backoffMin = 25 * time.Millisecond
+	backoffMax = time.Second
+)
+
+// policy is how a request is retried.
+type policy struct {
+	// prepare, when set, fills in the request before each attempt (acquire
+	// recomputes its wait) and may end the request with an error.
+	prepare func(req *codec.Request) error
+	// steady, when positive, replaces the fail-fast rules: every failure
+	// (no connection, a lost connection, ERR unavailable or overloaded) is
+	// retried this long after, until the context ends.
+	steady time.Duration
+	// once forbids sending the request again after it may have taken
+	// effect: for a release without a token, which would free the next
+	// holder.
+	once bool
+}
+
+// answer is the outcome of a request.
+type answer struct {
+	status      codec.Status
+	token       uint64
+	remainingMs uint64
+	owner       string // Q HELD: the holder's owner, "" when it has none
+	// ambiguous: an earlier attempt may have taken effect on the server (its
+	// connection failed before the answer, or it got ERR unavailable, which
+	// covers "not committed in time").
+	ambiguous bool
+}
+
+// exchange sends req until it gets an answer other than MOVED and the
+// errors the policy retries. Every attempt sends the same req (prepare may
+// change its wait, nothing else): an acquire's owner is the same on every
+// connection it tries, which is what lets the server recognize a retry.
+// The error is the last failure when the context ends first.
+func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, p policy) (answer, error) {
+	var (
+		ans     answer
+		lastErr error
+		target  string // where MOVED told us to go
+		avoid   string // the node that last answered ERR unavailable
+		drops   int
+		hops    int
+		backoff = backoffMin
+	)
+	// pause sleeps before a retry: p.steady, or the growing backoff.
+	pause := func() error {
+		d := p.steady
+		if d <= 0 {
+			d = backoff/2 + rand.N(backoff/2+1)
+			backoff = min(2*backoff, backoffMax)
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-cl.ctx.Done():
+			return ErrClosed
+		}
+	}
+	fail := func(err error) (answer, error) {
+		if lastErr != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+			err = &gaveUpError{ctxErr: err, last: lastErr}
+		}
+		return ans, err
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return fail(err)
+		}
+		c, err := cl.pick(ctx, target, avoid)
+		target, avoid = "", ""
+		if err != nil {
+			switch {
+			case errors.Is(err, ErrClosed), ctx.Err() != nil:
+				return fail(err)
+			case errors.Is(err, errTargetDown):
+				// Leadership moved to a node we cannot reach (yet): as good
+				// as no leader.
+				lastErr = err
+			case p.steady > 0:
+				lastErr = err
+			default:
+				return fail(err)
+			}
+			if err := pause(); err != nil {
+				return fail(err)
+			}
+			continue
+		}
+
+		// After pick, which may have waited for a dial: a wait computed from
+		// the time left must be computed now.
+		if p.prepare != nil {
+			if err := p.prepare(req); err != nil {
+				return fail(err)
+			}
+		}
+		cll := newCall(req.Op, key)
+		if err := c.send(cll, req); err != nil {
+			// It went down between pick and send; nothing was sent, and
+			// pick will not choose it again until it is back.
+			lastErr = err
+			continue
+		}
+		select {
+		case <-cll.done:
+		case <-ctx.Done():
+			if cll.abandon() {
+				return fail(ctx.Err())
+			}
+			<-cll.done
+		}
+
+		if cll.err != nil {
+			if errors.Is(cll.err, ErrClosed) {
+				return fail(ErrClosed)
+			}
+			lastErr = cll.err
+			ans.ambiguous = true
+			if p.once {
+				return fail(fmt.Errorf("%w: %w (the request may or may not have taken effect)", ErrUnavailable, cll.err))
+			}
+			drops++
+			if p.steady > 0 {
+				if err := pause(); err != nil {
+					return fail(err)
+				}
+			} else if drops >= cl.connCount() {
+				return fail(fmt.Errorf("%w: %w", ErrUnavailable, cll.err))
+			}
+			continue
+		}
+
+		switch cll.status {
+		case codec.StatusMoved:
+			lastErr = fmt.Errorf("MOVED %s", cll.addr)
+			target = cll.addr
+			cl.prefer(cll.addr)
+			hops++
+			if hops > movedHops {
+				if err := pause(); err != nil {
+					return fail(err)
+				}
+			}
+			continue
+		case codec.StatusErr:
+			se := &ServerError{Code: cll.code, Text: cll.text}
+			retry := (se.Code == codec.CodeUnavailable && !p.once) ||
+				(se.Code == codec.CodeOverloaded && p.steady > 0)
+			if !retry {
+				return fail(se)
+			}
+			lastErr = se
+			ans.ambiguous = true
+			if se.Code == codec.CodeUnavailable {
+				// That node knows no leader (it may be cut off from the
+				// others, who elected one meanwhile): ask another, which
+				// answers or sends us on with MOVED.
+				avoid = c.addr
+			}
+			if err := pause(); err != nil {
+				return fail(err)
+			}
+			continue
+		}
+		ans.status, ans.token, ans.remainingMs, ans.owner = cll.status, cll.token, cll.remainingMs, cll.owner
+		return ans, nil
+	}
+}
