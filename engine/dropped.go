@@ -37,6 +37,9 @@ func (s *shard) resolveDropped(p *proposal) {
 				s.leases.set(ks)
 				s.timerMayBeEarlier(ks.deadline)
 			}
+			if s.node.tracing {
+				s.trace("internal command dropped", "key", ks.key, "token", o.token, "holder", ks.token, "retry_in_ms", (ks.deadline-now)/1e6)
+			}
 		case originClient:
 			if !p.failed {
 				s.answerNotServing(o.cs, o.op, bytesOf(ks.key))

@@ -39,6 +39,9 @@ func (s *shard) startServing(now int64) {
 		return
 	}
 	s.serving = true
+	if s.node.tracing {
+		s.trace("serving", "keys", len(s.keys))
+	}
 	// Holders could not extend while no leader existed, so the new leader
 	// does not charge them for that time: every lease starts afresh.
 	// Waiters parked while nobody led are served again.

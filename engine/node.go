@@ -45,6 +45,7 @@ import (
 type Node struct {
 	cfg        Config
 	log        *slog.Logger
+	tracing    bool // the log takes debug lines: the shards trace lease decisions (trace.go)
 	dir        *dataDir
 	db         *pebble.DB
 	nh         *dragonboat.NodeHost
@@ -92,6 +93,7 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{})}
+	n.tracing = n.log.Enabled(context.Background(), slog.LevelDebug)
 	n.metrics = newNodeMetrics(n)
 	if err := n.start(); err != nil {
 		n.closeStorage()

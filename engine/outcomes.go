@@ -118,6 +118,9 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now
 		if c.Op == sm.OpExpire && res.Code != sm.Expired {
 			s.expireFailed(ks)
 		}
+		if s.node.tracing {
+			s.trace("internal command applied", "op", c.Op, "key", ks.key, "token", c.Token, "result", res.Code, "failed", failed)
+		}
 	case originClient:
 		if failed {
 			return
@@ -163,6 +166,9 @@ func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) 
 	}
 	s.finish(w)
 	if !s.grantSameOwner(ks, w.owner, token) && !live && fresh {
+		if s.node.tracing {
+			s.trace("grant for nobody: released", "key", ks.key, "token", token, "failed", failed, "abandoned", w.abandoned)
+		}
 		s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: token}, origin{kind: originInternal, ks: ks, token: token})
 		s.handOff(ks)
 	}

@@ -169,6 +169,9 @@ func (s *shard) leaseDue(ks *keyState, now int64) {
 		return // startServing re-arms every lease; an Expire or settle the rest
 	}
 	ks.expiring = true
+	if s.node.tracing {
+		s.trace("lease ran out: Expire proposed", "key", ks.key, "token", ks.token, "late_ms", (now-ks.deadline)/1e6)
+	}
 	s.propose(sm.Command{Op: sm.OpExpire, Key: bytesOf(ks.key), Token: ks.token}, origin{kind: originInternal, ks: ks, token: ks.token})
 	s.handOff(ks)
 }

@@ -238,7 +238,9 @@ func Run(t *testing.T, cfg Config) Result {
 		bin = harness.Bin(t)
 	}
 	links := harness.NewLinks()
-	nodes := harness.StartCluster(t, bin, cfg.Nodes, harness.Options{Shards: 4, Links: links, Env: cfg.Env})
+	// Debug logs trace the nodes' lease decisions (engine/trace.go): the
+	// node-N.log a failing run keeps is where they are read.
+	nodes := harness.StartCluster(t, bin, cfg.Nodes, harness.Options{Shards: 4, Links: links, Env: cfg.Env, Args: []string{"--log-level", "debug"}})
 	addrs := make([]string, len(nodes))
 	for i, n := range nodes {
 		addrs[i] = n.ClientAddr
