@@ -407,37 +407,19 @@ func TestNotServingAnswerKeepsOrder(t *testing.T) {
 // Expire would then free the key at once (found by the chaos run: a
 // try-lock got the key 77 ms after the holder's extend was answered OK).
 func TestExpireHeldBackByExtendInFlight(t *testing.T) {
-	s := testShard(t)
-	holder := newConn()
-	request(t, s, holder, "A k 1 0")
-	p, cmds := take(t, s)
-	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
-	answers(holder)
-
+	s, holder := shortLease(t)
 	request(t, s, holder, "K k 1025 60000")
 	ext, extCmds := take(t, s)
 	time.Sleep(2 * time.Millisecond) // the 1 ms lease runs out with the Extend in flight
 	s.fireTimers(monoNow())
-	s.mu.Lock()
-	q := s.takeProposal()
-	s.mu.Unlock()
-	if q != nil {
-		_, cmds, _ := sm.DecodeBatch(q.data, nil)
-		t.Fatalf("proposed %+v while the holder's Extend was in flight", cmds)
-	}
+	nothingProposed(t, s, "while the holder's Extend was in flight")
 	apply(s, ext, extCmds, sm.Result{Code: sm.Extended})
 	if got := answers(holder); len(got) != 1 || got[0] != "K k OK" {
 		t.Fatalf("extend answered %q", got)
 	}
 	s.fireTimers(monoNow())
-	s.mu.Lock()
-	q = s.takeProposal()
-	deadline := s.keys["k"].deadline
-	s.mu.Unlock()
-	if q != nil {
-		t.Fatal("an Expire proposed right after the extend applied")
-	}
-	if left := time.Duration(deadline - monoNow()); left < 59*time.Second {
+	nothingProposed(t, s, "right after the extend applied")
+	if left := leaseLeft(s); left < 59*time.Second {
 		t.Fatalf("lease ends in %v after a 60 s extend", left)
 	}
 }
@@ -447,11 +429,7 @@ func TestExpireHeldBackByExtendInFlight(t *testing.T) {
 func TestExpireAfterExtendFails(t *testing.T) {
 	for _, outcome := range []string{"dropped", "failed"} {
 		t.Run(outcome, func(t *testing.T) {
-			s := testShard(t)
-			holder := newConn()
-			request(t, s, holder, "A k 1 0")
-			p, cmds := take(t, s)
-			apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
+			s, holder := shortLease(t)
 			request(t, s, holder, "K k 1025 60000")
 			ext, extCmds := take(t, s)
 			time.Sleep(2 * time.Millisecond)
@@ -463,7 +441,7 @@ func TestExpireAfterExtendFails(t *testing.T) {
 				apply(s, ext, extCmds, sm.Result{Code: sm.NotHeld})
 			}
 			s.fireTimers(monoNow())
-			_, cmds = take(t, s)
+			_, cmds := take(t, s)
 			if len(cmds) != 1 || cmds[0].Op != sm.OpExpire || cmds[0].Token != 1025 {
 				t.Fatalf("proposed %+v, want the Expire of 1025", cmds)
 			}
@@ -474,14 +452,10 @@ func TestExpireAfterExtendFails(t *testing.T) {
 // An Expire that Raft drops is tried again, but never before the lease as
 // it stands then: a lease renewed while the Expire was in flight (here an
 // Extend that reached the view from the log, as after a leadership change)
-// keeps its new end (found by the chaos run: a holder's release answered
-// NOTHELD half a second after its extend was answered OK).
+// keeps its new end (one way to the third 30-minute chaos run's finding,
+// a lease ended early after a leader pause: docs/testing.md).
 func TestDroppedExpireKeepsRenewedLease(t *testing.T) {
-	s := testShard(t)
-	holder := newConn()
-	request(t, s, holder, "A k 1 0")
-	p, cmds := take(t, s)
-	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
+	s, _ := shortLease(t)
 	time.Sleep(2 * time.Millisecond)
 	s.fireTimers(monoNow())
 	expire, cmds := take(t, s)
@@ -493,15 +467,39 @@ func TestDroppedExpireKeepsRenewedLease(t *testing.T) {
 	dropReported(t, s, expire)
 	time.Sleep(2 * dropRetry)
 	s.fireTimers(monoNow())
+	nothingProposed(t, s, "under a lease renewed for 60 s")
+	if left := leaseLeft(s); left < 59*time.Second {
+		t.Fatalf("the renewed lease ends in %v", left)
+	}
+}
+
+// shortLease is a serving shard whose key k is held, token 1025, by holder
+// with a lease of 1 ms: it runs out at once.
+func shortLease(t *testing.T) (s *shard, holder *connState) {
+	t.Helper()
+	s, holder = testShard(t), newConn()
+	request(t, s, holder, "A k 1 0")
+	p, cmds := take(t, s)
+	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
+	answers(holder)
+	return s, holder
+}
+
+// nothingProposed fails t if s has a command to propose.
+func nothingProposed(t *testing.T, s *shard, why string) {
+	t.Helper()
 	s.mu.Lock()
 	q := s.takeProposal()
-	left := time.Duration(s.keys["k"].deadline - monoNow())
 	s.mu.Unlock()
 	if q != nil {
 		_, cmds, _ := sm.DecodeBatch(q.data, nil)
-		t.Fatalf("proposed %+v under a lease renewed for 60 s", cmds)
+		t.Fatalf("proposed %+v %s", cmds, why)
 	}
-	if left < 59*time.Second {
-		t.Fatalf("the renewed lease ends in %v", left)
-	}
+}
+
+// leaseLeft is how long k's lease still runs in s's view.
+func leaseLeft(s *shard) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Duration(s.keys["k"].deadline - monoNow())
 }
