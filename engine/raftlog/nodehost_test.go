@@ -8,13 +8,13 @@ import (
 	"hash/fnv"
 	"io"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/tools/harness"
 	"github.com/cockroachdb/pebble"
 	"github.com/lni/dragonboat/v4"
 	"github.com/lni/dragonboat/v4/config"
@@ -127,16 +127,6 @@ func (w *leaderWatch) wait(t *testing.T, shardID uint64) uint64 {
 			t.Fatal("no leader after 20s")
 		}
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 type testNode struct {
@@ -287,7 +277,7 @@ func TestNodeHostRestart(t *testing.T) {
 	const proposals, more = 300, 20
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			dir, addr := t.TempDir(), freeAddr(t)
+			dir, addr := t.TempDir(), harness.FreeAddr(t)
 			members := map[uint64]string{1: addr}
 			// Without auto compactions, dragonboat leaves the
 			// compaction after each log removal to RequestCompaction
@@ -395,7 +385,7 @@ func TestThreeNodeHostsSkipCommitOnlySyncs(t *testing.T) {
 	const proposals = 200
 	members := map[uint64]string{}
 	for id := uint64(1); id <= 3; id++ {
-		members[id] = freeAddr(t)
+		members[id] = harness.FreeAddr(t)
 	}
 	var nodes []*testNode
 	for id := uint64(1); id <= 3; id++ {
@@ -443,7 +433,7 @@ func TestImportSnapshotThroughDragonboat(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts dragonboat")
 	}
-	dirA, addr := t.TempDir(), freeAddr(t)
+	dirA, addr := t.TempDir(), harness.FreeAddr(t)
 	members := map[uint64]string{1: addr}
 	rc := config.Config{ShardID: 1, ReplicaID: 1, ElectionRTT: 10, HeartbeatRTT: 1, CheckQuorum: true}
 	n := startNode(t, dirA, addr, 1, members, rc)
