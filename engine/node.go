@@ -12,6 +12,13 @@
 // shard updates its view of the table and, on the node that proposed the
 // entry, answers the requesters.
 //
+// A shard serves (leadership.go) while this node leads it and holds its
+// fence: a new leader proposes a fence and serves once it applies, and
+// stops when another node's fence applies or a batch of its own comes back
+// Fenced (statemachine: The fence). So a deposed leader that has not heard
+// the news yet cannot change the table from its stale view, even though
+// dragonboat forwards what it proposes to the new leader.
+//
 // Dragonboat keeps each shard's Raft log in the store Config.RaftLog names:
 // engine/raftlog, baton's own (it does not sync a change of the commit
 // index alone), or dragonboat's (raftStorageConfig).

@@ -111,8 +111,8 @@ func (n *Node) proposeLocked(s *shard) {
 			}
 			// A shard that is not ready, or a full queue, says no again at
 			// once: leave the rest to the proposer after a pause, keeping a
-			// barrier for its next try.
-			s.needBarrier = s.needBarrier || p.barrier
+			// fence for its next try.
+			s.needFence = s.needFence || p.fence
 			s.mu.Unlock()
 			time.AfterFunc(proposeRetry, s.kickProposer)
 			return

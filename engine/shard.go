@@ -36,7 +36,7 @@ type proposal struct {
 	seq     uint64
 	data    []byte
 	origins []origin // origins[i] belongs to command i
-	barrier bool     // the empty entry a new leader commits before serving
+	fence   bool     // a fence (statemachine: The fence), which a new leader commits before it serves
 	failed  bool     // its requesters were answered ERR already (outcome unknown)
 	// settled: it left the in-flight list, applied or known never to apply,
 	// and its requesters have had their one answer. A timeout that dragonboat
@@ -67,10 +67,10 @@ type shard struct {
 	trailing  map[uint32][]trailingAnswer // answers held back behind an R or K in flight (order.go)
 	nextTrail uint32
 
-	leaderID    uint64 // as last reported by Raft; 0 when unknown
-	serving     bool   // this node leads the shard and its barrier has applied
-	needBarrier bool   // a barrier must be proposed before serving
-	stopping    bool   // the node shuts down: serve nothing, pull nothing
+	leaderID  uint64 // as last reported by Raft; 0 when unknown
+	serving   bool   // this node leads the shard and holds the fence: its fence applied, no other since
+	needFence bool   // a fence must be proposed (once Raft says this node leads) before serving
+	stopping  bool   // the node shuts down: serve nothing, pull nothing
 
 	lastPull time.Time     // last time this node asked for the shard's leadership
 	reads    []pendingRead // queries waiting for a ReadIndex (clusters only)

@@ -56,6 +56,15 @@ func request(t *testing.T, s *shard, cs *connState, line string) {
 	s.handle(cs, &r, monoNow())
 }
 
+// closeConn closes cs as gnet's OnClose would: its acquires are abandoned.
+func closeConn(s *shard, cs *connState) {
+	for _, w := range cs.close() {
+		s.mu.Lock()
+		s.abandon(w)
+		s.mu.Unlock()
+	}
+}
+
 // take returns the shard's next proposal and its decoded commands.
 func take(t *testing.T, s *shard) (*proposal, []sm.Command) {
 	t.Helper()
@@ -176,11 +185,7 @@ func TestAbandonedGrantHandedOn(t *testing.T) {
 	request(t, s, gone, "A k 10000 0")
 	request(t, s, next, "A k 10000 0")
 	p, cmds := take(t, s)
-	for _, w := range gone.close() {
-		s.mu.Lock()
-		s.abandon(w)
-		s.mu.Unlock()
-	}
+	closeConn(s, gone)
 	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
 	_, cmds = take(t, s)
 	if len(cmds) != 2 || cmds[0].Op != sm.OpRelease || cmds[0].Token != 1025 || cmds[1].Op != sm.OpGrant {
@@ -265,8 +270,8 @@ func TestTimedOutGrantReleasesDeferredAnswers(t *testing.T) {
 	if len(got) != 2 || !strings.HasPrefix(got[0], "A k ERR unavailable") || got[1] != "A k TIMEOUT" {
 		t.Fatalf("answers %q, want ERR unavailable then TIMEOUT", got)
 	}
-	if b, _ := take(t, s); !b.barrier {
-		t.Fatal("no barrier proposed after the timeout")
+	if b, _ := take(t, s); !b.fence {
+		t.Fatal("no fence proposed after the timeout")
 	}
 	lateGrantReleased(t, s, p, cmds, cs)
 }
