@@ -76,6 +76,7 @@ func (s *shard) takeProposal() *proposal {
 		return nil
 	}
 	s.inflight = append(s.inflight, p)
+	s.inflightCmds += len(p.origins)
 	return p
 }
 

@@ -18,14 +18,18 @@ import (
 // wake-up and one write. out comes from a pool and goes back after each
 // flush, so an idle connection holds no output buffer at all.
 type connState struct {
-	c gnet.Conn
+	c   gnet.Conn
+	adm *admission // the node's limits and counts
 
 	mu       sync.Mutex
 	out      *bytebufferpool.ByteBuffer // nil when nothing is queued
 	flushing bool                       // the loop will flush out soon: OnTraffic runs or a Wake is queued
-	closed   bool                       // OnClose ran: drop output, enqueue no waiters
+	closed   bool                       // OnClose ran, or cutOff: drop output, enqueue no waiters
 	waiters  *waiter                    // this connection's unanswered acquires (cprev/cnext list)
 	nwaiters int                        // length of waiters
+	// cutOff: too many answers wait for the client to take them
+	// (limitUnsentPerConn); the event loop closes the connection.
+	cutOff bool
 
 	// alivePolledAt is the apply time (monoNow of one applied entry) at
 	// which the kernel last said the peer was still there; see peerGone.
@@ -33,6 +37,11 @@ type connState struct {
 
 	// Used only on the connection's event loop.
 	touched []*shard // shards that got commands during this OnTraffic
+	unsent  int64    // bytes gnet held for the client after the last flush (unsentLedger)
+}
+
+func newConnState(c gnet.Conn, adm *admission) *connState {
+	return &connState{c: c, adm: adm}
 }
 
 // send appends one response and makes sure it will be flushed.
@@ -66,8 +75,14 @@ func (cs *connState) buffer() *bytebufferpool.ByteBuffer {
 }
 
 // unlockAndWake releases mu after an append and, if no flush is on its way,
-// asks the event loop for one.
+// asks the event loop for one. Answers the loop has not flushed yet count
+// against MaxUnsentPerConn like those gnet holds: a burst of them (grants of
+// thousands of the connection's waiters in one entry) is cut off here
+// rather than copied into gnet first.
 func (cs *connState) unlockAndWake() {
+	if len(cs.out.B) > cs.adm.limits.MaxUnsentPerConn {
+		cs.cutLocked()
+	}
 	wake := !cs.flushing
 	cs.flushing = true
 	cs.mu.Unlock()
@@ -77,38 +92,42 @@ func (cs *connState) unlockAndWake() {
 }
 
 // beginTraffic marks that the loop is about to flush, so that responses
-// produced meanwhile do not queue a redundant Wake.
-func (cs *connState) beginTraffic() {
+// produced meanwhile do not queue a redundant Wake. It reports whether the
+// connection was cut off meanwhile, to be closed instead.
+func (cs *connState) beginTraffic() (cutOff bool) {
 	cs.mu.Lock()
+	defer cs.mu.Unlock()
 	cs.flushing = true
-	cs.mu.Unlock()
+	return cs.cutOff
 }
 
-// flush writes everything queued; it runs on the event loop.
-func (cs *connState) flush() {
+// flush writes everything queued; it runs on the event loop. It reports
+// whether the connection was cut off, to be closed instead.
+func (cs *connState) flush() (cutOff bool) {
 	cs.mu.Lock()
 	buf := cs.out
 	cs.out = nil
 	cs.flushing = false
+	cutOff = cs.cutOff
 	cs.mu.Unlock()
 	if buf == nil {
-		return
+		return cutOff
 	}
 	// Write completes synchronously or copies the rest into gnet's outbound
 	// buffer, so buf can go back to the pool when it returns.
 	_, _ = cs.c.Write(buf.B)
 	bytebufferpool.Put(buf)
+	return false
 }
 
-// Limits that keep one client from taking the server's memory.
-const (
-	// maxWaitersPerConn bounds the unanswered acquires of one connection;
-	// more are answered ERR overloaded.
-	maxWaitersPerConn = 100_000
-	// maxOutbound bounds the answers written to a connection but not yet
-	// taken by its client; a client that stops reading is disconnected.
-	maxOutbound = 64 << 20
-)
+// cutLocked cuts the connection off: its output is dropped and it takes no
+// more waiters, as if closed (a grant that lands for it is released at once);
+// the event loop closes it at its next flush. mu must be held.
+func (cs *connState) cutLocked() {
+	cs.cutOff, cs.closed = true, true
+	bytebufferpool.Put(cs.out)
+	cs.out = nil
+}
 
 // addResult says whether a waiter could be added to its connection.
 type addResult uint8
@@ -116,18 +135,24 @@ type addResult uint8
 const (
 	added      addResult = iota
 	connClosed           // the client is gone: do not queue the acquire
-	connFull             // maxWaitersPerConn reached
+	connFull             // MaxWaitersPerConn reached
+	nodeFull             // MaxWaiters reached
 )
 
-// addWaiter links w into the connection's list.
+// addWaiter links w into the connection's list. This is where
+// MaxWaitersPerConn and MaxWaiters are checked.
 func (cs *connState) addWaiter(w *waiter) addResult {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	switch {
 	case cs.closed:
 		return connClosed
-	case cs.nwaiters >= maxWaitersPerConn:
+	case cs.nwaiters >= cs.adm.limits.MaxWaitersPerConn:
+		cs.adm.hits.hit(limitWaitersPerConn)
 		return connFull
+	case !cs.adm.admitWaiter():
+		cs.adm.hits.hit(limitWaiters)
+		return nodeFull
 	}
 	w.cnext = cs.waiters
 	if cs.waiters != nil {
@@ -157,12 +182,16 @@ func (cs *connState) removeWaiter(w *waiter) {
 	w.cprev, w.cnext = nil, nil
 	w.inConn = false
 	cs.nwaiters--
+	cs.adm.waitersGone(1)
 }
 
-// close marks the connection closed and returns its unanswered acquires.
+// close marks the connection closed and returns its unanswered acquires
+// (with, after a cut-off, some answered since: abandon ignores them).
 func (cs *connState) close() []*waiter {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	cs.adm.waitersGone(cs.nwaiters) // after a cut-off, the list as it was then
+	cs.nwaiters = 0
 	cs.closed = true
 	if cs.out != nil {
 		bytebufferpool.Put(cs.out)

@@ -96,6 +96,7 @@ func (s *shard) removeInflight(p *proposal) bool {
 			copy(s.inflight[i:], s.inflight[i+1:])
 			s.inflight[len(s.inflight)-1] = nil
 			s.inflight = s.inflight[:len(s.inflight)-1]
+			s.inflightCmds -= len(p.origins)
 			p.settled = true
 			return true
 		}

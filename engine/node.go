@@ -19,6 +19,10 @@
 // the news yet cannot change the table from its stale view, even though
 // dragonboat forwards what it proposes to the new leader.
 //
+// Every queue a client can fill is bounded by Config.Limits: admission.go
+// holds the limits and the node-wide counts, limitlog.go logs the limits
+// hit, unsent.go bounds the answers clients do not take.
+//
 // Dragonboat keeps each shard's Raft log in the store Config.RaftLog names:
 // engine/raftlog, baton's own (it does not sync a change of the commit
 // index alone), or dragonboat's (raftStorageConfig).
@@ -62,6 +66,7 @@ type Node struct {
 	sessions   []*client.Session
 	server     *server
 	metrics    *nodeMetrics
+	adm        *admission // the limits, and the counts they bound
 
 	draining atomic.Bool // stopping: hand leadership off, never pull it
 	stopOnce sync.Once
@@ -83,6 +88,7 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.SnapshotEntries == 0 {
 		cfg.SnapshotEntries = DefaultSnapshotEntries
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -101,6 +107,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{})}
 	n.tracing = n.log.Enabled(context.Background(), slog.LevelDebug)
+	n.adm = newAdmission(cfg.Limits, n.log)
 	n.metrics = newNodeMetrics(n)
 	if err := n.start(); err != nil {
 		n.closeStorage()
@@ -122,7 +129,7 @@ func (n *Node) start() error {
 		n.shards = append(n.shards, newShard(n, uint64(id)))
 	}
 	me := n.cfg.Peers[n.cfg.ID-1]
-	quietDragonboat()
+	quietDragonboat(n.log)
 	n.nh, err = dragonboat.NewNodeHost(config.NodeHostConfig{
 		NodeHostDir:       filepath.Join(n.cfg.DataDir, raftDir),
 		RTTMillisecond:    uint64(n.cfg.RTT / time.Millisecond),
@@ -173,13 +180,24 @@ func (n *Node) start() error {
 		n.loops.Add(1)
 		go func() { defer n.loops.Done(); n.runPriority() }()
 	}
+	n.loops.Add(2)
+	go func() { defer n.loops.Done(); n.adm.hits.run(n.stopC) }()
+	go func() { defer n.loops.Done(); n.adm.unsent.runSweeper(n.stopC) }()
 	n.server = newServer(n)
 	if err := n.server.start(me.ClientAddr); err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", me.ClientAddr, unwrapSyscall(err))
 	}
-	n.log.Info("batond started", "id", n.cfg.ID, "client", me.ClientAddr, "raft", me.RaftAddr,
-		"data", n.cfg.DataDir, "shards", n.cfg.Shards, "peers", len(n.cfg.Peers))
+	n.logStarted()
 	return nil
+}
+
+// logStarted logs the node's settings once, as it starts serving.
+func (n *Node) logStarted() {
+	me := n.cfg.Peers[n.cfg.ID-1]
+	n.log.Info("batond started", "id", n.cfg.ID, "client", me.ClientAddr, "raft", me.RaftAddr,
+		"raft_listen", n.cfg.raftListen(), "data", n.cfg.DataDir, "shards", n.cfg.Shards,
+		"peers", joinPeers(n.cfg.peerStrings()), "rtt", n.cfg.RTT.String(), "snapshot_entries", n.cfg.SnapshotEntries,
+		"raft_log", n.cfg.RaftLog, "limits", n.cfg.Limits)
 }
 
 // Stop shuts the node down gracefully: a leader first hands every shard to

@@ -70,6 +70,7 @@ func (s *shard) popInflight() *proposal {
 	p := s.inflight[0]
 	s.inflight[0] = nil
 	s.inflight = s.inflight[1:]
+	s.inflightCmds -= len(p.origins)
 	p.settled = true
 	return p
 }

@@ -62,9 +62,15 @@ func (sv *server) OnBoot(eng gnet.Engine) gnet.Action {
 	return gnet.None
 }
 
-// OnOpen implements gnet.EventHandler.
+// OnOpen implements gnet.EventHandler. This is where MaxConns is checked: a
+// connection past it is closed at once, without a word.
 func (sv *server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	c.SetContext(&connState{c: c})
+	adm := sv.node.adm
+	if !adm.admitConn() {
+		adm.hits.hitBy(limitConns, c.RemoteAddr().String())
+		return nil, gnet.Close
+	}
+	c.SetContext(newConnState(c, adm))
 	return nil, gnet.None
 }
 
@@ -73,8 +79,10 @@ func (sv *server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 func (sv *server) OnClose(c gnet.Conn, _ error) gnet.Action {
 	cs, _ := c.Context().(*connState)
 	if cs == nil {
-		return gnet.None
+		return gnet.None // refused by OnOpen
 	}
+	sv.node.adm.connClosed()
+	sv.node.adm.unsent.forget(cs)
 	for _, w := range cs.close() {
 		s := sv.node.shardFor(bytesOf(w.ks.key))
 		s.mu.Lock()
@@ -87,25 +95,33 @@ func (sv *server) OnClose(c gnet.Conn, _ error) gnet.Action {
 
 // OnTraffic parses every complete line in the inbound buffer, serves each,
 // then proposes what each shard got (usually one entry per shard) and
-// writes all answers
-// that are ready in one write. It is also how other goroutines get their
-// answers written: they Wake the connection.
+// writes all answers that are ready in one write. It is also how other
+// goroutines get their answers written (they Wake the connection), and how
+// a connection with too many unsent answers is closed.
 func (sv *server) OnTraffic(c gnet.Conn) gnet.Action {
 	cs := c.Context().(*connState)
-	cs.beginTraffic()
+	if cut := cs.beginTraffic(); cut {
+		return sv.cutOff(c, limitUnsentPerConn)
+	}
 	action := sv.serveLines(cs, c)
 	for i, s := range cs.touched {
 		sv.node.proposeFromLoop(s)
 		cs.touched[i] = nil
 	}
 	cs.touched = cs.touched[:0]
-	cs.flush()
-	if c.OutboundBuffered() > maxOutbound {
-		sv.node.log.Warn("closing a connection that does not read its answers",
-			"remote", c.RemoteAddr().String(), "unsent_bytes", c.OutboundBuffered())
-		return gnet.Close
+	if cut := cs.flush(); cut {
+		return sv.cutOff(c, limitUnsentPerConn)
+	}
+	if limit, cut := sv.node.adm.unsent.settle(cs, int64(c.OutboundBuffered())); cut {
+		return sv.cutOff(c, limit)
 	}
 	return action
+}
+
+// cutOff closes a connection whose client does not take its answers.
+func (sv *server) cutOff(c gnet.Conn, limit limitKind) gnet.Action {
+	sv.node.adm.hits.hitBy(limit, c.RemoteAddr().String())
+	return gnet.Close
 }
 
 func (sv *server) serveLines(cs *connState, c gnet.Conn) gnet.Action {

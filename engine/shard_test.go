@@ -25,14 +25,27 @@ func (fakeConn) Fd() int                       { return -1 } // poll ignores it:
 // testShard is a serving leader shard of a one-node cluster.
 func testShard(t *testing.T) *shard {
 	t.Helper()
-	n := &Node{cfg: Config{ID: 1, Peers: []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}}, proposerID: 42,
+	return limitedShard(t, DefaultLimits())
+}
+
+// limitedShard is testShard with the node's limits l.
+func limitedShard(t *testing.T, l Limits) *shard {
+	t.Helper()
+	n := &Node{cfg: Config{ID: 1, Peers: []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}, Limits: l}, proposerID: 42,
 		log: slog.New(slog.DiscardHandler)}
+	n.adm = newAdmission(l, n.log)
 	s := newShard(n, 1)
 	s.leaderID, s.serving = 1, true
 	return s
 }
 
-func newConn() *connState { return &connState{c: fakeConn{}} }
+// newConn is a connection with the default limits and counts of its own.
+func newConn() *connState {
+	return newConnState(fakeConn{}, newAdmission(DefaultLimits(), slog.New(slog.DiscardHandler)))
+}
+
+// connTo is a connection of s's node: its limits and counts.
+func connTo(s *shard) *connState { return newConnState(fakeConn{}, s.node.adm) }
 
 // answers returns (and forgets) what cs was sent.
 func answers(cs *connState) []string {

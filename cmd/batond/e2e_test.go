@@ -1069,7 +1069,9 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("--help: exit %d (timed out %v), want 0", res.Code, res.TimedOut)
 	}
 	out := res.Stdout + res.Stderr
-	for _, f := range []string{"id", "peers", "data", "shards", "http"} {
+	for _, f := range []string{"id", "peers", "data", "shards", "http", "log-level", "log-format",
+		"max-conns", "max-waiters-per-conn", "max-waiters-per-key", "max-waiters", "max-pending-queries",
+		"max-proposals-in-flight", "max-pending-commands", "max-unsent-per-conn", "max-unsent"} {
 		if !regexp.MustCompile(`(^|[^-\w])--?` + f + `\b`).MatchString(out) {
 			t.Errorf("--help does not mention --%s", f)
 		}
@@ -1089,6 +1091,9 @@ func TestBadFlags(t *testing.T) {
 		{"shards not a number", []string{"--shards", "many"}, []string{"shards"}, true},
 		{"id past the peers", []string{"--id", "3"}, []string{"id", "peers"}, false},
 		{"malformed peers", []string{"--peers", "nonsense"}, []string{"peers"}, false},
+		{"limit of 0", []string{"--max-conns", "0"}, []string{"max-conns"}, true},
+		{"size not a size", []string{"--max-unsent", "lots"}, []string{"max-unsent"}, true},
+		{"unknown log format", []string{"--log-format", "xml"}, []string{"log-format"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
