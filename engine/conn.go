@@ -19,6 +19,7 @@ import (
 // flush, so an idle connection holds no output buffer at all.
 type connState struct {
 	c gnet.Conn
+	m *nodeMetrics // counts every answer queued here (send, sendParseError)
 
 	mu       sync.Mutex
 	out      *bytebufferpool.ByteBuffer // nil when nothing is queued
@@ -33,6 +34,10 @@ type connState struct {
 
 	// Used only on the connection's event loop.
 	touched []*shard // shards that got commands during this OnTraffic
+	// listed counts the waiters ever added. Only the event loop adds them
+	// (addWaiter), so it may read this without mu: an acquire that listed
+	// no waiter was answered on receipt.
+	listed uint64
 }
 
 // send appends one response and makes sure it will be flushed.
@@ -42,6 +47,7 @@ func (cs *connState) send(r *codec.Response) {
 		cs.mu.Unlock()
 		return
 	}
+	cs.m.answered(r.Op, r.Status, r.Code)
 	cs.buffer().B = codec.AppendResponse(cs.out.B, r)
 	cs.unlockAndWake()
 }
@@ -53,6 +59,11 @@ func (cs *connState) sendParseError(r *codec.Request, perr *codec.ParseError) {
 		cs.mu.Unlock()
 		return
 	}
+	op := byte('?') // as AppendParseError writes it
+	if r != nil && len(r.Key) > 0 && perr.Code != codec.CodeTooLong {
+		op = r.Op
+	}
+	cs.m.answered(op, codec.StatusErr, bytesOf(perr.Code))
 	cs.buffer().B = codec.AppendParseError(cs.out.B, r, perr)
 	cs.unlockAndWake()
 }
@@ -136,14 +147,17 @@ func (cs *connState) addWaiter(w *waiter) addResult {
 	cs.waiters = w
 	w.inConn = true
 	cs.nwaiters++
+	cs.listed++
+	w.shard.stats.waiters.Add(1)
 	return added
 }
 
-// removeWaiter unlinks w once it has been answered.
+// removeWaiter unlinks w once it has been answered, which ends the
+// acquire's time from receipt to answer.
 func (cs *connState) removeWaiter(w *waiter) {
 	cs.mu.Lock()
-	defer cs.mu.Unlock()
 	if cs.closed || !w.inConn {
+		cs.mu.Unlock()
 		return // not listed, or the list was handed to close
 	}
 	if w.cprev != nil {
@@ -157,6 +171,9 @@ func (cs *connState) removeWaiter(w *waiter) {
 	w.cprev, w.cnext = nil, nil
 	w.inConn = false
 	cs.nwaiters--
+	cs.mu.Unlock()
+	w.shard.stats.waiters.Add(-1)
+	cs.m.acquireAnswered(w.received, monoNow())
 }
 
 // close marks the connection closed and returns its unanswered acquires.
@@ -171,6 +188,7 @@ func (cs *connState) close() []*waiter {
 	var ws []*waiter
 	for w := cs.waiters; w != nil; w = w.cnext {
 		ws = append(ws, w)
+		w.shard.stats.waiters.Add(-1) // unanswered: no latency to record
 	}
 	cs.waiters = nil
 	return ws

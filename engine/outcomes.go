@@ -22,6 +22,7 @@ func (s *shard) applied(h sm.Header, cmds []sm.Command, results []sm.Result) {
 	if p != nil && p.barrier {
 		s.startServing(now)
 	}
+	s.node.metrics.countApplied(&s.stats, cmds, results)
 	for i := range cmds {
 		var o *origin
 		if p != nil && i < len(p.origins) {
@@ -163,6 +164,7 @@ func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) 
 	live := !failed && !w.abandoned && !w.cs.peerGone(now)
 	if live {
 		w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token})
+		s.node.metrics.acquireGranted(w.received, now)
 	}
 	s.finish(w)
 	if !s.grantSameOwner(ks, w.owner, token) && !live && fresh {
@@ -171,6 +173,7 @@ func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) 
 		}
 		s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: token}, origin{kind: originInternal, ks: ks, token: token})
 		s.handOff(ks)
+		s.node.metrics.abandonedReleased.Inc()
 	}
 }
 

@@ -29,7 +29,7 @@ func proposingShard(t *testing.T) (*shard, *fakeRaft) {
 	s := testShard(t)
 	n := s.node
 	f := &fakeRaft{states: make(chan *dragonboat.RequestState, 16)}
-	n.raft, n.sessions, n.metrics = f, []*client.Session{nil}, newNodeMetrics(n)
+	n.raft, n.sessions = f, []*client.Session{nil}
 	s.results = make(chan inflightResult, 1)
 	return s, f
 }

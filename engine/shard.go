@@ -87,6 +87,8 @@ type shard struct {
 	timerKick   chan struct{}       // wakes the timer goroutine: an earlier deadline
 	results     chan inflightResult // proposals for the watcher; never full when a proposer sends
 	resultsFull atomic.Bool         // a proposer stopped at a full results queue: the watcher kicks it
+
+	stats shardStats // for /metrics and /status, read without mu (metrics.go)
 }
 
 // Default bounds of a shard's batch and read queue. A full batch means that

@@ -26,13 +26,15 @@ func (fakeConn) Fd() int                       { return -1 } // poll ignores it:
 func testShard(t *testing.T) *shard {
 	t.Helper()
 	n := &Node{cfg: Config{ID: 1, Peers: []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}}, proposerID: 42,
-		log: slog.New(slog.DiscardHandler)}
+		log: slog.New(slog.DiscardHandler), metrics: newNodeMetrics()}
 	s := newShard(n, 1)
 	s.leaderID, s.serving = 1, true
 	return s
 }
 
-func newConn() *connState { return &connState{c: fakeConn{}} }
+// newConn is a client connection whose answers are counted in metrics of
+// its own (connOf counts them in a shard's node).
+func newConn() *connState { return &connState{c: fakeConn{}, m: newNodeMetrics()} }
 
 // answers returns (and forgets) what cs was sent.
 func answers(cs *connState) []string {
