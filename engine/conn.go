@@ -19,7 +19,8 @@ import (
 // flush, so an idle connection holds no output buffer at all.
 type connState struct {
 	c   gnet.Conn
-	adm *admission // the node's limits and counts
+	adm *admission   // the node's limits and counts
+	m   *nodeMetrics // counts every answer queued here (send, sendParseError)
 
 	mu       sync.Mutex
 	out      *bytebufferpool.ByteBuffer // nil when nothing is queued
@@ -38,10 +39,14 @@ type connState struct {
 	// Used only on the connection's event loop.
 	touched []*shard // shards that got commands during this OnTraffic
 	unsent  int64    // bytes gnet held for the client after the last flush (unsentLedger)
+	// listed counts the waiters ever added. Only the event loop adds them
+	// (addWaiter), so it may read this without mu: an acquire that listed
+	// no waiter was answered on receipt.
+	listed uint64
 }
 
-func newConnState(c gnet.Conn, adm *admission) *connState {
-	return &connState{c: c, adm: adm}
+func newConnState(c gnet.Conn, adm *admission, m *nodeMetrics) *connState {
+	return &connState{c: c, adm: adm, m: m}
 }
 
 // send appends one response and makes sure it will be flushed.
@@ -51,6 +56,7 @@ func (cs *connState) send(r *codec.Response) {
 		cs.mu.Unlock()
 		return
 	}
+	cs.m.answered(r.Op, r.Status, r.Code)
 	cs.buffer().B = codec.AppendResponse(cs.out.B, r)
 	cs.unlockAndWake()
 }
@@ -62,6 +68,11 @@ func (cs *connState) sendParseError(r *codec.Request, perr *codec.ParseError) {
 		cs.mu.Unlock()
 		return
 	}
+	op := byte('?') // as AppendParseError writes it
+	if r != nil && len(r.Key) > 0 && perr.Code != codec.CodeTooLong {
+		op = r.Op
+	}
+	cs.m.answered(op, codec.StatusErr, bytesOf(perr.Code))
 	cs.buffer().B = codec.AppendParseError(cs.out.B, r, perr)
 	cs.unlockAndWake()
 }
@@ -161,14 +172,17 @@ func (cs *connState) addWaiter(w *waiter) addResult {
 	cs.waiters = w
 	w.inConn = true
 	cs.nwaiters++
+	cs.listed++
+	w.shard.stats.waiters.Add(1)
 	return added
 }
 
-// removeWaiter unlinks w once it has been answered.
+// removeWaiter unlinks w once it has been answered, which ends the
+// acquire's time from receipt to answer.
 func (cs *connState) removeWaiter(w *waiter) {
 	cs.mu.Lock()
-	defer cs.mu.Unlock()
 	if cs.closed || !w.inConn {
+		cs.mu.Unlock()
 		return // not listed, or the list was handed to close
 	}
 	if w.cprev != nil {
@@ -183,6 +197,9 @@ func (cs *connState) removeWaiter(w *waiter) {
 	w.inConn = false
 	cs.nwaiters--
 	cs.adm.waitersGone(1)
+	cs.mu.Unlock()
+	w.shard.stats.waiters.Add(-1)
+	cs.m.acquireAnswered(w.received, monoNow())
 }
 
 // close marks the connection closed and returns its unanswered acquires
@@ -200,6 +217,7 @@ func (cs *connState) close() []*waiter {
 	var ws []*waiter
 	for w := cs.waiters; w != nil; w = w.cnext {
 		ws = append(ws, w)
+		w.shard.stats.waiters.Add(-1) // unanswered: no latency to record
 	}
 	cs.waiters = nil
 	return ws

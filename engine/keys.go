@@ -38,6 +38,8 @@ type waiter struct {
 	deferred  deferredAnswer
 	waitUntil int64 // monotonic end of a finite wait
 	waitIdx   int32 // position in the shard's wait heap, or notInHeap
+	shard     *shard
+	received  int64 // monoNow when the acquire was read, for its latency
 
 	prev, next   *waiter // the key's queue
 	cprev, cnext *waiter // the connection's list

@@ -166,6 +166,7 @@ func (s *shard) reset(each func(func(sm.Lock))) {
 		s.setDeadline(ks, now)
 		held++
 	})
+	s.stats.held.Store(int64(held))
 	// Once per shard at start, and once per snapshot recovery: rare.
 	s.node.log.Info("shard table loaded", "shard", s.id, "locks", held)
 	for _, ks := range s.keys {

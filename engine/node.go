@@ -67,6 +67,7 @@ type Node struct {
 	server     *server
 	metrics    *nodeMetrics
 	adm        *admission // the limits, and the counts they bound
+	started    time.Time
 
 	draining atomic.Bool // stopping: hand leadership off, never pull it
 	stopOnce sync.Once
@@ -105,10 +106,10 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{}), started: time.Now()}
 	n.tracing = n.log.Enabled(context.Background(), slog.LevelDebug)
 	n.adm = newAdmission(cfg.Limits, n.log)
-	n.metrics = newNodeMetrics(n)
+	n.metrics = newNodeMetrics()
 	if err := n.start(); err != nil {
 		n.closeStorage()
 		return nil, err
@@ -128,6 +129,7 @@ func (n *Node) start() error {
 	for id := 1; id <= n.cfg.Shards; id++ {
 		n.shards = append(n.shards, newShard(n, uint64(id)))
 	}
+	n.registerGauges()
 	me := n.cfg.Peers[n.cfg.ID-1]
 	quietDragonboat(n.log)
 	n.nh, err = dragonboat.NewNodeHost(config.NodeHostConfig{
@@ -136,6 +138,7 @@ func (n *Node) start() error {
 		RaftAddress:       me.RaftAddr,
 		ListenAddress:     n.cfg.raftListen(),
 		RaftEventListener: n,
+		EnableMetrics:     true, // dragonboat's series, in the library's default set (/metrics)
 		Expert:            raftStorageConfig(n.cfg.RaftLog),
 	})
 	if err != nil {
@@ -267,7 +270,9 @@ func (n *Node) Reset(shardID uint64, each func(func(sm.Lock))) {
 
 // Applied implements statemachine.Observer.
 func (n *Node) Applied(shardID, index uint64, h sm.Header, cmds []sm.Command, results []sm.Result) {
-	n.shards[shardID-1].applied(h, cmds, results)
+	s := n.shards[shardID-1]
+	s.stats.applied.Store(index)
+	s.applied(h, cmds, results)
 }
 
 // LeaderUpdated implements raftio.IRaftEventListener.
@@ -276,7 +281,10 @@ func (n *Node) LeaderUpdated(info raftio.LeaderInfo) {
 		return
 	}
 	n.log.Info("leader updated", "shard", info.ShardID, "leader", info.LeaderID, "term", info.Term)
-	n.shards[info.ShardID-1].leaderUpdated(info.LeaderID)
+	s := n.shards[info.ShardID-1]
+	s.stats.leaderID.Store(info.LeaderID)
+	s.stats.term.Store(info.Term)
+	s.leaderUpdated(info.LeaderID)
 }
 
 // raftStorageConfig puts the Raft log of every shard in one pebble instance

@@ -42,6 +42,7 @@ func (s *shard) applied(h sm.Header, cmds []sm.Command, results []sm.Result) {
 		s.kickIfPending()
 		return
 	}
+	s.node.metrics.countApplied(&s.stats, cmds, results)
 	for i := range cmds {
 		var o *origin
 		if p != nil && i < len(p.origins) {
@@ -184,6 +185,7 @@ func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) 
 	live := !failed && !w.abandoned && !w.cs.peerGone(now)
 	if live {
 		w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token})
+		s.node.metrics.acquireGranted(w.received, now)
 	}
 	s.finish(w)
 	// Only the serving leader gives it back: a node that does not serve may
@@ -196,6 +198,7 @@ func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) 
 		}
 		s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: token}, origin{kind: originInternal, ks: ks, token: token})
 		s.handOff(ks)
+		s.node.metrics.abandonedReleased.Inc()
 	}
 }
 

@@ -98,11 +98,10 @@ func (n *Node) proposeLocked(s *shard) {
 		if p == nil {
 			return
 		}
-		n.metrics.proposals.Inc()
-		n.metrics.commands.Add(len(p.origins))
+		n.metrics.proposed(len(p.origins))
 		rs, err := n.raft.Propose(session, p.data, proposeTimeout)
 		if err != nil {
-			n.metrics.failed.Inc()
+			n.metrics.failedProposals.Inc()
 			s.mu.Lock()
 			if s.removeInflight(p) {
 				code := codec.CodeUnavailable
@@ -150,7 +149,7 @@ func (n *Node) watchResults(s *shard) {
 		if res.Completed() {
 			continue
 		}
-		n.metrics.failed.Inc()
+		n.metrics.failedProposals.Inc()
 		s.mu.Lock()
 		if res.Timeout() {
 			s.proposalTimedOut(r.p)

@@ -31,7 +31,7 @@ func proposingShard(t *testing.T) (*shard, *fakeRaft) {
 	s := limitedShard(t, withLimits(func(l *Limits) { l.MaxProposalsInFlight = 1 }))
 	n := s.node
 	f := &fakeRaft{states: make(chan *dragonboat.RequestState, 16)}
-	n.raft, n.sessions, n.metrics = f, []*client.Session{nil}, newNodeMetrics(n)
+	n.raft, n.sessions, n.metrics = f, []*client.Session{nil}, newNodeMetrics()
 	return s, f
 }
 

@@ -103,7 +103,7 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		}
 		return
 	}
-	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued, waitIdx: notInHeap}
+	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued, waitIdx: notInHeap, shard: s, received: now}
 	if len(r.Owner) > 0 {
 		w.owner = string(r.Owner)
 	}
@@ -130,7 +130,7 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 // deferAnswer queues a decided answer (TIMEOUT when err is nil) behind the
 // connection's earlier acquire of the same key.
 func (s *shard) deferAnswer(cs *connState, ks *keyState, err error) {
-	w := &waiter{cs: cs, ks: ks, state: waitDeferred, deferred: deferredAnswer{err: err}, waitIdx: notInHeap}
+	w := &waiter{cs: cs, ks: ks, state: waitDeferred, deferred: deferredAnswer{err: err}, waitIdx: notInHeap, shard: s, received: monoNow()}
 	if res := cs.addWaiter(w); res != added {
 		// Order gives way to the limit: answer now rather than keep more.
 		refuseWaiter(cs, ks, res)

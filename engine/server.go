@@ -70,7 +70,9 @@ func (sv *server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		adm.hits.hitBy(limitConns, c.RemoteAddr().String())
 		return nil, gnet.Close
 	}
-	c.SetContext(newConnState(c, adm))
+	c.SetContext(newConnState(c, adm, sv.node.metrics))
+	sv.node.metrics.connsAccepted.Inc()
+	sv.node.metrics.connsOpen.Add(1)
 	return nil, gnet.None
 }
 
@@ -83,6 +85,7 @@ func (sv *server) OnClose(c gnet.Conn, _ error) gnet.Action {
 	}
 	sv.node.adm.connClosed()
 	sv.node.adm.unsent.forget(cs)
+	sv.node.metrics.connsOpen.Add(-1)
 	for _, w := range cs.close() {
 		s := sv.node.shardFor(bytesOf(w.ks.key))
 		s.mu.Lock()
@@ -156,7 +159,7 @@ func (sv *server) serveLines(cs *connState, c gnet.Conn) gnet.Action {
 func (sv *server) serveLine(cs *connState, line []byte, req *codec.Request, now int64) {
 	err := codec.ParseRequest(line, req)
 	if err != nil {
-		sv.node.metrics.badReqs.Inc()
+		sv.node.metrics.badRequests.Inc()
 		var perr *codec.ParseError
 		if !errors.As(err, &perr) {
 			perr = &codec.ParseError{Code: codec.CodeBadRequest, Text: err.Error()}
@@ -170,7 +173,13 @@ func (sv *server) serveLine(cs *connState, line []byte, req *codec.Request, now 
 	}
 	sv.node.metrics.countRequest(req.Op)
 	s := sv.node.shardFor(req.Key)
+	listed := cs.listed
 	if s.handle(cs, req, now) {
 		cs.touch(s)
+	}
+	if req.Op == codec.OpAcquire && cs.listed == listed {
+		// Answered on receipt (try-lock of a held key, MOVED, ERR): queued
+		// acquires are timed when they leave their connection's list.
+		sv.node.metrics.acquireAnswered(now, monoNow())
 	}
 }

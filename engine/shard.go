@@ -93,6 +93,8 @@ type shard struct {
 	results     chan inflightResult // proposals for the watcher; never full when a proposer sends
 	inFlight    atomic.Int64        // proposals sent to results whose outcome the watcher has not taken
 	resultsFull atomic.Bool         // a proposer stopped at MaxProposalsInFlight: the watcher kicks it
+
+	stats shardStats // for /metrics and /status, read without mu (metrics.go)
 }
 
 func newShard(n *Node, id uint64) *shard {

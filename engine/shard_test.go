@@ -32,20 +32,21 @@ func testShard(t *testing.T) *shard {
 func limitedShard(t *testing.T, l Limits) *shard {
 	t.Helper()
 	n := &Node{cfg: Config{ID: 1, Peers: []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}, Limits: l}, proposerID: 42,
-		log: slog.New(slog.DiscardHandler)}
+		log: slog.New(slog.DiscardHandler), metrics: newNodeMetrics()}
 	n.adm = newAdmission(l, n.log)
 	s := newShard(n, 1)
 	s.leaderID, s.serving = 1, true
 	return s
 }
 
-// newConn is a connection with the default limits and counts of its own.
+// newConn is a connection with the default limits, and counts and metrics
+// of its own (connTo's are its shard's node's).
 func newConn() *connState {
-	return newConnState(fakeConn{}, newAdmission(DefaultLimits(), slog.New(slog.DiscardHandler)))
+	return newConnState(fakeConn{}, newAdmission(DefaultLimits(), slog.New(slog.DiscardHandler)), newNodeMetrics())
 }
 
-// connTo is a connection of s's node: its limits and counts.
-func connTo(s *shard) *connState { return newConnState(fakeConn{}, s.node.adm) }
+// connTo is a connection of s's node: its limits, counts and metrics.
+func connTo(s *shard) *connState { return newConnState(fakeConn{}, s.node.adm, s.node.metrics) }
 
 // answers returns (and forgets) what cs was sent.
 func answers(cs *connState) []string {

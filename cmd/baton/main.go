@@ -1,8 +1,8 @@
 // Command baton is the command-line client of the baton lock service.
 //
 // It is a dispatcher of subcommands: acquire, release, extend, query and
-// lock talk to a cluster through package client; bench is the load
-// generator (package bench). See baton --help.
+// lock talk to a cluster through package client; status prints a node's
+// /status; bench is the load generator (package bench). See baton --help.
 package main
 
 import (
@@ -52,6 +52,7 @@ var commands = []command{
 	{"extend", "extend the lease of a held lock", runExtend},
 	{"query", "show who holds a key: token, owner, lease left", runQuery},
 	{"lock", "run a command while holding a lock", runLock},
+	{"status", "show a node's view of itself and its cluster (its --http)", runStatus},
 	{"bench", "drive load against a server and measure it", runBench},
 }
 
@@ -66,6 +67,8 @@ Commands:
 Environment:
   BATON_ADDR   default server address(es) for --addr, comma-separated
                (otherwise 127.0.0.1:7700)
+  BATON_HTTP   default node HTTP address for status --http
+               (otherwise 127.0.0.1:7780)
 
 Exit status: 0 success, 1 failure, 2 bad usage, 130 interrupted; some
 commands add their own (see their --help).
