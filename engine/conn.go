@@ -1,29 +1,49 @@
 package engine
 
 import (
+	"io"
 	"sync"
 	"sync/atomic"
 
 	"github.com/baton-dev/baton/codec"
-	"github.com/panjf2000/gnet/v2"
 	"github.com/valyala/bytebufferpool"
 )
 
+// transport is the socket under a connState: a gnet connection (server.go)
+// or a TLS one (tls.go). Everything above it, parsing, serving and
+// answering, is the same for both (serve.go and this file).
+type transport interface {
+	// wake asks for the queued answers to be written soon, by whoever
+	// writes this connection's socket (its event loop, its writer
+	// goroutine). It must not block: it is called under shard locks.
+	wake()
+	// overflow says that more than maxOutbound bytes of answers wait to be
+	// written: the client does not read them, and must be cut off. It is
+	// called without cs.mu, maybe more than once, and must not block.
+	overflow()
+	// peerClosed asks the kernel, without waiting, whether the client has
+	// closed its end (see peerGone).
+	peerClosed() bool
+	// remoteAddr is the client's address, for log lines.
+	remoteAddr() string
+}
+
 // connState is what the engine knows of one client connection.
 //
-// Responses are produced on several goroutines (the event loop for answers
-// it can give at once, the shards' apply and timer goroutines for the rest).
-// They are appended to out under mu; whoever appends first after a flush
-// asks the event loop to flush (Wake), so a burst of responses costs one
-// wake-up and one write. out comes from a pool and goes back after each
-// flush, so an idle connection holds no output buffer at all.
+// Responses are produced on several goroutines (the connection's reader, an
+// event loop or a TLS connection's goroutine, for answers it can give at
+// once, the shards' apply and timer goroutines for the rest). They are
+// appended to out under mu; whoever appends first after a flush asks the
+// transport to flush (wake), so a burst of responses costs one wake-up and
+// one write. out comes from a pool and goes back after each flush, so an
+// idle connection holds no output buffer at all.
 type connState struct {
-	c gnet.Conn
+	t transport
 
 	mu       sync.Mutex
 	out      *bytebufferpool.ByteBuffer // nil when nothing is queued
-	flushing bool                       // the loop will flush out soon: OnTraffic runs or a Wake is queued
-	closed   bool                       // OnClose ran: drop output, enqueue no waiters
+	flushing bool                       // a flush is on its way: the reader serves input, or a wake is queued
+	closed   bool                       // the connection ended (closeConn): drop output, enqueue no waiters
 	waiters  *waiter                    // this connection's unanswered acquires (cprev/cnext list)
 	nwaiters int                        // length of waiters
 
@@ -31,8 +51,10 @@ type connState struct {
 	// which the kernel last said the peer was still there; see peerGone.
 	alivePolledAt atomic.Int64
 
-	// Used only on the connection's event loop.
-	touched []*shard // shards that got commands during this OnTraffic
+	// Used only by the connection's reader (its event loop, or its TLS
+	// goroutine).
+	touched []*shard // shards that got commands from the input being served
+	authed  bool     // an H with the right secret was received (Node.secretHash)
 }
 
 // send appends one response and makes sure it will be flushed.
@@ -66,38 +88,45 @@ func (cs *connState) buffer() *bytebufferpool.ByteBuffer {
 }
 
 // unlockAndWake releases mu after an append and, if no flush is on its way,
-// asks the event loop for one.
+// asks the transport for one. Answers that pile up unwritten beyond
+// maxOutbound are the transport's to cut off.
 func (cs *connState) unlockAndWake() {
 	wake := !cs.flushing
 	cs.flushing = true
+	over := cs.out.Len() > maxOutbound
 	cs.mu.Unlock()
 	if wake {
-		_ = cs.c.Wake(nil) // fails only when the connection is gone
+		cs.t.wake()
+	}
+	if over {
+		cs.t.overflow()
 	}
 }
 
-// beginTraffic marks that the loop is about to flush, so that responses
-// produced meanwhile do not queue a redundant Wake.
+// beginTraffic marks that the reader is about to flush, so that responses
+// produced meanwhile do not queue a redundant wake.
 func (cs *connState) beginTraffic() {
 	cs.mu.Lock()
 	cs.flushing = true
 	cs.mu.Unlock()
 }
 
-// flush writes everything queued; it runs on the event loop.
-func (cs *connState) flush() {
+// flush writes everything queued to w, the connection's socket; only the
+// one goroutine that writes the socket calls it. w must be done with the
+// bytes when Write returns (gnet copies what it cannot send at once into its
+// outbound buffer), since they go back to the pool.
+func (cs *connState) flush(w io.Writer) error {
 	cs.mu.Lock()
 	buf := cs.out
 	cs.out = nil
 	cs.flushing = false
 	cs.mu.Unlock()
 	if buf == nil {
-		return
+		return nil
 	}
-	// Write completes synchronously or copies the rest into gnet's outbound
-	// buffer, so buf can go back to the pool when it returns.
-	_, _ = cs.c.Write(buf.B)
+	_, err := w.Write(buf.B)
 	bytebufferpool.Put(buf)
+	return err
 }
 
 // Limits that keep one client from taking the server's memory.
@@ -107,6 +136,9 @@ const (
 	maxWaitersPerConn = 100_000
 	// maxOutbound bounds the answers written to a connection but not yet
 	// taken by its client; a client that stops reading is disconnected.
+	// A gnet connection counts what gnet holds (OnTraffic), a TLS one what
+	// waits for its writer goroutine (overflow), plus the one write that
+	// goroutine has under way.
 	maxOutbound = 64 << 20
 )
 
@@ -198,14 +230,15 @@ func (cs *connState) peerGone(now int64) bool {
 	if cs.alivePolledAt.Load() == now {
 		return false
 	}
-	if socketClosedByPeer(cs.c.Fd()) {
+	if cs.t.peerClosed() {
 		return true
 	}
 	cs.alivePolledAt.Store(now)
 	return false
 }
 
-// touch remembers that s has new commands to propose after this OnTraffic.
+// touch remembers that s has new commands to propose once the input at hand
+// is served.
 func (cs *connState) touch(s *shard) {
 	for _, t := range cs.touched {
 		if t == s {

@@ -54,7 +54,13 @@ type Node struct {
 	proposerID uint64   // random per start: tells our entries from replays
 	sessions   []*client.Session
 	server     *server
+	tlsServer  *tlsServer // nil without Config.TLSListen
 	metrics    *nodeMetrics
+
+	// Access control (serve.go).
+	secretHash        []byte   // hashSecret(Config.AuthSecret); nil: no H needed
+	refusals          logLimit // H refused
+	handshakeFailures logLimit // TLS handshakes that failed
 
 	draining atomic.Bool // stopping: hand leadership off, never pull it
 	stopOnce sync.Once
@@ -80,8 +86,12 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	me := cfg.Peers[cfg.ID-1]
+	cfg.TLSListen = cfg.tlsListen()
 	// Fail fast, before any state is touched, when a port is taken.
-	for _, a := range []string{me.ClientAddr, cfg.raftListen()} {
+	for _, a := range []string{me.ClientAddr, cfg.raftListen(), cfg.TLSListen} {
+		if a == "" {
+			continue
+		}
 		l, err := net.Listen("tcp", a)
 		if err != nil {
 			return nil, fmt.Errorf("cannot listen on %s: %w", a, unwrapSyscall(err))
@@ -92,7 +102,7 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{}), secretHash: hashSecret(cfg.AuthSecret)}
 	n.tracing = n.log.Enabled(context.Background(), slog.LevelDebug)
 	n.metrics = newNodeMetrics(n)
 	if err := n.start(); err != nil {
@@ -116,14 +126,18 @@ func (n *Node) start() error {
 	}
 	me := n.cfg.Peers[n.cfg.ID-1]
 	quietDragonboat()
-	n.nh, err = dragonboat.NewNodeHost(config.NodeHostConfig{
+	nhc := config.NodeHostConfig{
 		NodeHostDir:       filepath.Join(n.cfg.DataDir, raftDir),
 		RTTMillisecond:    uint64(n.cfg.RTT / time.Millisecond),
 		RaftAddress:       me.RaftAddr,
 		ListenAddress:     n.cfg.raftListen(),
 		RaftEventListener: n,
 		Expert:            raftStorageConfig(n.cfg.RaftLog),
-	})
+	}
+	if n.cfg.RaftTLS != nil {
+		n.cfg.RaftTLS.apply(&nhc)
+	}
+	n.nh, err = dragonboat.NewNodeHost(nhc)
 	if err != nil {
 		return fmt.Errorf("start raft on %s: %w", n.cfg.raftListen(), err)
 	}
@@ -170,8 +184,18 @@ func (n *Node) start() error {
 	if err := n.server.start(me.ClientAddr); err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", me.ClientAddr, unwrapSyscall(err))
 	}
+	if n.cfg.TLSListen != "" {
+		if n.tlsServer, err = startTLS(n, n.cfg.TLSListen, n.cfg.TLS); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = n.server.stop(ctx)
+			cancel()
+			return fmt.Errorf("cannot listen on %s: %w", n.cfg.TLSListen, unwrapSyscall(err))
+		}
+	}
 	n.log.Info("batond started", "id", n.cfg.ID, "client", me.ClientAddr, "raft", me.RaftAddr,
-		"data", n.cfg.DataDir, "shards", n.cfg.Shards, "peers", len(n.cfg.Peers))
+		"data", n.cfg.DataDir, "shards", n.cfg.Shards, "peers", len(n.cfg.Peers),
+		"tls", n.cfg.TLSListen, "raft_tls", n.cfg.RaftTLS != nil, "auth", n.secretHash != nil)
+	n.warnIfOpen()
 	return nil
 }
 
@@ -191,6 +215,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		}
 		if n.server != nil {
 			err = n.server.stop(ctx)
+		}
+		if n.tlsServer != nil {
+			err = errors.Join(err, n.tlsServer.stop(ctx))
 		}
 		n.closeStorage()
 	})
@@ -226,6 +253,16 @@ func (n *Node) clientAddrOf(id uint64) string {
 		return ""
 	}
 	return n.cfg.Peers[id-1].ClientAddr
+}
+
+// movedAddr is where MOVED sends a client of cs to reach replica id: its
+// TLS address when cs came over TLS and Config.TLSPeers names them, else its
+// client address; "" if unknown.
+func (n *Node) movedAddr(cs *connState, id uint64) string {
+	if _, ok := cs.t.(*tlsConn); ok && n.cfg.TLSPeers != nil && id >= 1 && id <= uint64(len(n.cfg.TLSPeers)) {
+		return n.cfg.TLSPeers[id-1]
+	}
+	return n.clientAddrOf(id)
 }
 
 // shardFor routes a key.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/baton-dev/baton/codec"
 	"github.com/panjf2000/gnet/v2"
 )
 
@@ -64,97 +63,53 @@ func (sv *server) OnBoot(eng gnet.Engine) gnet.Action {
 
 // OnOpen implements gnet.EventHandler.
 func (sv *server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	c.SetContext(&connState{c: c})
+	c.SetContext(sv.node.openConn(gnetConn{c}))
 	return nil, gnet.None
 }
 
-// OnClose abandons the connection's unanswered acquires: queued ones leave
-// their queues; one whose Grant is in flight is released as soon as it lands.
+// OnClose implements gnet.EventHandler.
 func (sv *server) OnClose(c gnet.Conn, _ error) gnet.Action {
-	cs, _ := c.Context().(*connState)
-	if cs == nil {
-		return gnet.None
-	}
-	for _, w := range cs.close() {
-		s := sv.node.shardFor(bytesOf(w.ks.key))
-		s.mu.Lock()
-		s.abandon(w)
-		s.kickIfPending()
-		s.mu.Unlock()
+	if cs, _ := c.Context().(*connState); cs != nil {
+		sv.node.closeConn(cs)
 	}
 	return gnet.None
 }
 
-// OnTraffic parses every complete line in the inbound buffer, serves each,
-// then proposes what each shard got (usually one entry per shard) and
-// writes all answers
-// that are ready in one write. It is also how other goroutines get their
-// answers written: they Wake the connection.
+// OnTraffic serves every complete line in the inbound buffer and writes all
+// answers that are ready in one write. It is also how other goroutines get
+// their answers written: they Wake the connection.
 func (sv *server) OnTraffic(c gnet.Conn) gnet.Action {
 	cs := c.Context().(*connState)
-	cs.beginTraffic()
-	action := sv.serveLines(cs, c)
-	for i, s := range cs.touched {
-		sv.node.proposeFromLoop(s)
-		cs.touched[i] = nil
-	}
-	cs.touched = cs.touched[:0]
-	cs.flush()
-	if c.OutboundBuffered() > maxOutbound {
-		sv.node.log.Warn("closing a connection that does not read its answers",
-			"remote", c.RemoteAddr().String(), "unsent_bytes", c.OutboundBuffered())
-		return gnet.Close
-	}
-	return action
-}
-
-func (sv *server) serveLines(cs *connState, c gnet.Conn) gnet.Action {
 	buf, _ := c.Peek(-1)
-	used := 0
-	now := monoNow()
-	var req codec.Request
-	for used < len(buf) {
-		line, n, err := codec.SplitLine(buf[used:])
-		if err != nil {
-			// The only framing error: a line over the limit. Answer and
-			// close, since where the next line starts is unknown.
-			req = codec.Request{}
-			cs.sendParseError(&req, codec.ErrTooLong)
-			_, _ = c.Discard(len(buf))
-			return gnet.Close
-		}
-		if n == 0 {
-			break
-		}
-		used += n
-		sv.serveLine(cs, line, &req, now)
-	}
+	used, closeConn := sv.node.serveInput(cs, buf)
 	if used > 0 {
 		// Only then: gnet's Discard(0) empties the whole inbound buffer,
 		// which would drop a line whose end has not arrived yet.
 		_, _ = c.Discard(used)
 	}
+	_ = cs.flush(c)
+	if closeConn {
+		return gnet.Close
+	}
+	if c.OutboundBuffered() > maxOutbound {
+		sv.node.log.Warn("closing a connection that does not read its answers",
+			"remote", c.RemoteAddr().String(), "unsent_bytes", c.OutboundBuffered())
+		return gnet.Close
+	}
 	return gnet.None
 }
 
-func (sv *server) serveLine(cs *connState, line []byte, req *codec.Request, now int64) {
-	err := codec.ParseRequest(line, req)
-	if err != nil {
-		sv.node.metrics.badReqs.Inc()
-		var perr *codec.ParseError
-		if !errors.As(err, &perr) {
-			perr = &codec.ParseError{Code: codec.CodeBadRequest, Text: err.Error()}
-		}
-		if req.Key == nil {
-			cs.sendParseError(req, perr)
-			return
-		}
-		sv.node.shardFor(req.Key).badRequest(cs, req, perr)
-		return
-	}
-	sv.node.metrics.countRequest(req.Op)
-	s := sv.node.shardFor(req.Key)
-	if s.handle(cs, req, now) {
-		cs.touch(s)
-	}
-}
+// gnetConn is a gnet connection as a connState's transport.
+type gnetConn struct{ c gnet.Conn }
+
+// wake queues an OnTraffic, which flushes; it fails only when the
+// connection is gone.
+func (g gnetConn) wake() { _ = g.c.Wake(nil) }
+
+// overflow needs nothing: a flush is on its way (wake), and OnTraffic cuts
+// the connection off once gnet holds more than maxOutbound.
+func (g gnetConn) overflow() {}
+
+func (g gnetConn) peerClosed() bool { return socketClosedByPeer(g.c.Fd()) }
+
+func (g gnetConn) remoteAddr() string { return g.c.RemoteAddr().String() }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/baton-dev/baton/codec"
 	sm "github.com/baton-dev/baton/statemachine"
-	"github.com/panjf2000/gnet/v2"
 )
 
 // These tests drive one shard without Raft: they take what it would propose,
@@ -16,11 +15,14 @@ import (
 // state machine does. They cover the paths a live node rarely takes: dropped
 // and timed-out proposals, abandoned grants, deferred answers.
 
-// fakeConn is the part of gnet.Conn a connState uses.
-type fakeConn struct{ gnet.Conn }
+// fakeConn is a transport that writes nothing: answers stay in cs.out,
+// where the tests read them, and the peer never closes.
+type fakeConn struct{}
 
-func (fakeConn) Wake(gnet.AsyncCallback) error { return nil }
-func (fakeConn) Fd() int                       { return -1 } // poll ignores it: never "closed by peer"
+func (fakeConn) wake()              {}
+func (fakeConn) overflow()          {}
+func (fakeConn) peerClosed() bool   { return false }
+func (fakeConn) remoteAddr() string { return "test" }
 
 // testShard is a serving leader shard of a one-node cluster.
 func testShard(t *testing.T) *shard {
@@ -32,7 +34,7 @@ func testShard(t *testing.T) *shard {
 	return s
 }
 
-func newConn() *connState { return &connState{c: fakeConn{}} }
+func newConn() *connState { return &connState{t: fakeConn{}} }
 
 // answers returns (and forgets) what cs was sent.
 func answers(cs *connState) []string {

@@ -1069,7 +1069,8 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("--help: exit %d (timed out %v), want 0", res.Code, res.TimedOut)
 	}
 	out := res.Stdout + res.Stderr
-	for _, f := range []string{"id", "peers", "data", "shards", "http"} {
+	for _, f := range []string{"id", "peers", "data", "shards", "http", "auth-file", "tls-listen", "tls-cert", "tls-key",
+		"tls-client-ca", "tls-peers", "raft-tls-ca", "raft-tls-cert", "raft-tls-key"} {
 		if !regexp.MustCompile(`(^|[^-\w])--?` + f + `\b`).MatchString(out) {
 			t.Errorf("--help does not mention --%s", f)
 		}
