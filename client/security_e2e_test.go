@@ -27,6 +27,7 @@ func TestSecureCluster(t *testing.T) {
 		Shards: 2, Secret: secret, TLS: &harness.ServerTLS{Cert: ca.Issue("clients")},
 		NodeArgs: func(id int) []string { return raft[id] },
 	})
+	settledLeader(t, nodes, "secure/a")
 	c := newTestClientWith(t, []string{nodes[1].TLSAddr}, WithTLS(&tls.Config{RootCAs: ca.Pool}), WithSecret(secret))
 	ctx := ctxFor(t, 60*time.Second)
 	l, err := c.Acquire(ctx, "secure/a", time.Minute, WaitForever)

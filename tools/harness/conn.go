@@ -57,6 +57,17 @@ func DialTLS(t testing.TB, addr string, cfg *tls.Config) *Conn {
 	return c
 }
 
+// Dial connects to the node's client address, as Dial does, and says its
+// secret (Hello) when it has one (Options.Secret).
+func (n *Node) Dial(t testing.TB) *Conn {
+	t.Helper()
+	c := Dial(t, n.ClientAddr)
+	if n.Secret != "" {
+		c.Hello(t, n.Secret)
+	}
+	return c
+}
+
 // Hello sends "H <secret>" and fails t unless the answer is "H - OK"; it
 // returns c, for harness.Dial(t, addr).Hello(t, secret).
 func (c *Conn) Hello(t testing.TB, secret string) *Conn {
