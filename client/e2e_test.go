@@ -446,13 +446,8 @@ func TestKeepAliveAndLoss(t *testing.T) {
 	}
 }
 
-// ask sends one line to addr on a fresh connection and returns the answer,
-// or the error as text.
-func ask(t *testing.T, addr, line string) string {
-	return askOn(harness.Dial(t, addr), line)
-}
-
-// askOn is ask on a connection of the caller's, which it closes.
+// askOn sends one line on a fresh connection, which it closes, and
+// returns the answer, or the error as text.
 func askOn(cn *harness.Conn, line string) string {
 	defer cn.Close()
 	cn.Send(line)
