@@ -405,7 +405,7 @@ func TestViaClientAgainstFake(t *testing.T) {
 // omission), and a low rate still ends at the end.
 func TestViaClientOpenLoop(t *testing.T) {
 	srv := startFake(t, benchtest.Options{Queue: true})
-	run := func(cfg Config) *Result {
+	run := func(t *testing.T, cfg Config) *Result {
 		t.Helper()
 		cfg.Addrs, cfg.Via = []string{srv.Addr()}, ViaClient
 		if cfg.Workload == "" {
@@ -426,7 +426,7 @@ func TestViaClientOpenLoop(t *testing.T) {
 			conns, depth, keys int
 		}{{WorkloadUncontended, 4, 2, 1000}, {WorkloadContended, 4, 1, 1}} {
 			var progress bytes.Buffer
-			res := run(Config{Workload: c.workload, Conns: c.conns, Depth: c.depth, Keys: c.keys, Rate: 1000,
+			res := run(t, Config{Workload: c.workload, Conns: c.conns, Depth: c.depth, Keys: c.keys, Rate: 1000,
 				Duration: 1500 * time.Millisecond, Warmup: 200 * time.Millisecond, Progress: &progress})
 			if res.CyclesPerSec < 900 || res.CyclesPerSec > 1100 || res.FellBehind() || len(res.Notes) != 0 || res.Rate != 1000 {
 				t.Errorf("%s: %.0f cycles/s at rate 1000, behind %d, notes %v", c.workload, res.CyclesPerSec, res.Behind, res.Notes)
@@ -442,9 +442,9 @@ func TestViaClientOpenLoop(t *testing.T) {
 		}
 	})
 	t.Run("falls behind", func(t *testing.T) {
-		closed := run(Config{Conns: 1, Depth: 1, Keys: 10, Duration: 300 * time.Millisecond})
+		closed := run(t, Config{Conns: 1, Depth: 1, Keys: 10, Duration: 300 * time.Millisecond})
 		rate := 2 * closed.CyclesPerSec // twice what one cycle in flight can do
-		res := run(Config{Conns: 1, Depth: 1, Keys: 10, Duration: 500 * time.Millisecond, Rate: rate})
+		res := run(t, Config{Conns: 1, Depth: 1, Keys: 10, Duration: 500 * time.Millisecond, Rate: rate})
 		if !res.FellBehind() || len(res.Notes) == 0 || res.AcquireUs.P99 < 10*closed.AcquireUs.P99 {
 			t.Fatalf("rate %.0f against %.0f cycles/s through the client: behind %d, p99 %dus (closed loop %dus)",
 				rate, closed.CyclesPerSec, res.Behind, res.AcquireUs.P99, closed.AcquireUs.P99)
@@ -452,7 +452,7 @@ func TestViaClientOpenLoop(t *testing.T) {
 	})
 	t.Run("low rate ends promptly", func(t *testing.T) {
 		start := time.Now()
-		res := run(Config{Conns: 8, Depth: 2, Keys: 100, Duration: 300 * time.Millisecond, Rate: 1})
+		res := run(t, Config{Conns: 8, Depth: 2, Keys: 100, Duration: 300 * time.Millisecond, Rate: 1})
 		if el := time.Since(start); el > 2*time.Second || res.Stop != endTime {
 			t.Fatalf("took %v, stop %q: slots waiting for their start must notice the end", el, res.Stop)
 		}

@@ -184,16 +184,14 @@ func AppendRequest(dst []byte, r *Request) []byte {
 // a Request and r may still hold the previous line's op and key; r may be
 // nil.
 func AppendParseError(dst []byte, r *Request, err *ParseError) []byte {
-	switch {
-	case r == nil || err.Code == CodeTooLong:
+	switch op := ParseErrorOp(r, err); op {
+	case '?':
 		dst = append(dst, "? -"...)
-	case r.Op == OpHello:
+	case OpHello:
 		dst = append(dst, OpHello, ' ')
 		dst = append(dst, HelloKey...)
-	case len(r.Key) == 0:
-		dst = append(dst, "? -"...)
 	default:
-		dst = append(dst, r.Op, ' ')
+		dst = append(dst, op, ' ')
 		dst = append(dst, r.Key...)
 	}
 	dst = append(dst, " ERR "...)
@@ -201,4 +199,18 @@ func AppendParseError(dst []byte, r *Request, err *ParseError) []byte {
 	dst = append(dst, ' ')
 	dst = append(dst, err.Text...)
 	return append(dst, '\n')
+}
+
+// ParseErrorOp is the op AppendParseError answers r and err with: r's op,
+// or '?' when the line's op and key are unknown.
+func ParseErrorOp(r *Request, err *ParseError) byte {
+	switch {
+	case r == nil || err.Code == CodeTooLong:
+		return '?'
+	case r.Op == OpHello:
+		return OpHello
+	case len(r.Key) == 0:
+		return '?'
+	}
+	return r.Op
 }

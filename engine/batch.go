@@ -52,15 +52,20 @@ func (s *shard) proposeGrant(ks *keyState, w *waiter) {
 
 // takeProposal seals what is pending into a proposal and records it as in
 // flight; nil when there is nothing to propose.
+//
+// Only a node that Raft says leads proposes a fence, and only a serving one
+// proposes commands. dragonboat forwards what a follower proposes to the
+// leader, so a fence proposed by a follower would take the table from the
+// leader (until it claims it back), and commands would be fenced for nothing.
 func (s *shard) takeProposal() *proposal {
 	var p *proposal
 	switch {
-	case s.needBarrier:
-		s.needBarrier = false
+	case s.needFence && s.leaderID == s.node.cfg.ID:
+		s.needFence = false
 		var empty sm.Batch
 		s.seq++
-		p = &proposal{seq: s.seq, barrier: true, data: empty.Seal(sm.Header{Proposer: s.node.proposerID, Seq: s.seq})}
-	case s.pending.Len() > 0:
+		p = &proposal{seq: s.seq, fence: true, data: empty.Seal(sm.Header{Proposer: s.node.proposerID, Seq: s.seq, Fence: true})}
+	case s.serving && s.pending.Len() > 0:
 		s.seq++
 		p = &proposal{seq: s.seq, origins: s.origins, data: s.pending.Seal(sm.Header{Proposer: s.node.proposerID, Seq: s.seq})}
 		// dragonboat keeps the entry's bytes, so the next batch gets
@@ -71,11 +76,12 @@ func (s *shard) takeProposal() *proposal {
 		return nil
 	}
 	s.inflight = append(s.inflight, p)
+	s.inflightCmds += len(p.origins)
 	return p
 }
 
 func (s *shard) kickIfPending() {
-	if s.pending.Len() > 0 || s.needBarrier {
+	if s.pending.Len() > 0 || s.needFence {
 		s.kickProposer()
 	}
 }

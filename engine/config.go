@@ -53,7 +53,10 @@ type Config struct {
 	// "" means the one DataDir was created with, or DefaultRaftLog for a
 	// new one. It cannot change for an existing data dir.
 	RaftLog string
-	Logger  *slog.Logger
+	// Limits bound what clients can make the node hold; a zero field means
+	// its default (DefaultLimits).
+	Limits Limits
+	Logger *slog.Logger
 
 	// Access control and TLS (protocol 1.2; security.go).
 
@@ -144,10 +147,130 @@ func (c *Config) validate() error {
 	case c.RaftLog != "" && c.RaftLog != RaftLogBaton && c.RaftLog != RaftLogDragonboat:
 		return fmt.Errorf("--raft-log %q: want %s or %s", c.RaftLog, RaftLogBaton, RaftLogDragonboat)
 	}
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
 	if c.RaftListen != "" {
 		if _, port, err := net.SplitHostPort(c.RaftListen); err != nil || port == "" {
 			return fmt.Errorf("--raft-listen: bad address %q", c.RaftListen)
 		}
 	}
 	return c.validateSecurity()
+}
+
+// Limits bound what clients can make a node hold, so that no client can
+// take its memory. Past each, the request that would go beyond it is
+// answered ERR overloaded (a connection past MaxConns is closed at once);
+// docs/protocol.md lists them with their flags. Each is checked in one
+// place, named beside it.
+type Limits struct {
+	// MaxConns is the number of client connections open at once, plain
+	// and TLS (Node.openConn).
+	MaxConns int
+	// MaxWaitersPerConn is the number of unanswered acquires of one
+	// connection (connState.addWaiter).
+	MaxWaitersPerConn int
+	// MaxWaitersPerKey is the number of acquires waiting for one key; an
+	// acquire whose owner already waits for the key takes no place and is
+	// let in (shard.keyFull).
+	MaxWaitersPerKey int
+	// MaxWaiters is the number of unanswered acquires on the node, over
+	// every connection (connState.addWaiter).
+	MaxWaiters int
+	// MaxPendingQueries is the number of queries of a shard waiting for a
+	// ReadIndex (shard.queueRead).
+	MaxPendingQueries int
+	// MaxProposalsInFlight is the number of proposals of a shard handed to
+	// Raft whose outcome the node has not collected; while it is reached,
+	// commands wait in the shard's batch (shard.resultsAreFull).
+	MaxProposalsInFlight int
+	// MaxPendingCommands is the number of commands of a shard not committed
+	// yet: batched, or proposed to Raft (shard.batchFull).
+	MaxPendingCommands int
+	// MaxUnsentPerConn is the number of bytes of answers one connection has
+	// not taken; past it the connection is cut off (connState and
+	// unsentLedger.settle).
+	MaxUnsentPerConn int
+	// MaxUnsent is the same over every connection of the node; past it the
+	// connections with the most unsent bytes are cut off (unsentLedger).
+	MaxUnsent int
+}
+
+// DefaultLimits are the limits of a node started without limit flags.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxConns:             50_000,
+		MaxWaitersPerConn:    100_000,
+		MaxWaitersPerKey:     10_000,
+		MaxWaiters:           1_000_000,
+		MaxPendingQueries:    1 << 16,
+		MaxProposalsInFlight: 4096,
+		MaxPendingCommands:   1 << 16,
+		MaxUnsentPerConn:     4 << 20,
+		MaxUnsent:            256 << 20,
+	}
+}
+
+// maxProposalsInFlight caps MaxProposalsInFlight: it is the capacity of a
+// channel per shard, allocated at start.
+const maxProposalsInFlight = 1 << 20
+
+// limitField is one limit and its flag name.
+type limitField struct {
+	flag string
+	v    *int
+}
+
+// limitFields lists every limit with its flag name, in the order of
+// limitKind, for validation, the start-up line and the log of limits hit.
+func (l *Limits) limitFields() [numLimits]limitField {
+	return [numLimits]limitField{
+		{"max-conns", &l.MaxConns},
+		{"max-waiters-per-conn", &l.MaxWaitersPerConn},
+		{"max-waiters-per-key", &l.MaxWaitersPerKey},
+		{"max-waiters", &l.MaxWaiters},
+		{"max-pending-queries", &l.MaxPendingQueries},
+		{"max-proposals-in-flight", &l.MaxProposalsInFlight},
+		{"max-pending-commands", &l.MaxPendingCommands},
+		{"max-unsent-per-conn", &l.MaxUnsentPerConn},
+		{"max-unsent", &l.MaxUnsent},
+	}
+}
+
+// withDefaults fills every zero limit with its default.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	dv := d.limitFields()
+	for i, f := range l.limitFields() {
+		if *f.v == 0 {
+			*f.v = *dv[i].v
+		}
+	}
+	return l
+}
+
+// Validate reports a limit below 1, or a MaxProposalsInFlight too large, in
+// the words of the flags. (Start takes a zero limit for its default; a
+// command line must not, as 0 would not mean that to whoever wrote it.)
+func (l Limits) Validate() error {
+	for _, f := range l.limitFields() {
+		if *f.v < 1 {
+			return fmt.Errorf("--%s %d: must be at least 1", f.flag, *f.v)
+		}
+	}
+	if l.MaxProposalsInFlight > maxProposalsInFlight {
+		return fmt.Errorf("--max-proposals-in-flight %d: at most %d", l.MaxProposalsInFlight, maxProposalsInFlight)
+	}
+	return nil
+}
+
+// LogValue implements slog.LogValuer: the limits as a group of the start-up
+// line, by flag name.
+func (l Limits) LogValue() slog.Value {
+	fields := l.limitFields()
+	attrs := make([]slog.Attr, len(fields))
+	for i, f := range fields {
+		attrs[i] = slog.Int(f.flag, *f.v)
+	}
+	return slog.GroupValue(attrs...)
 }

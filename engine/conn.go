@@ -10,17 +10,22 @@ import (
 )
 
 // transport is the socket under a connState: a gnet connection (server.go)
-// or a TLS one (tls.go). Everything above it, parsing, serving and
-// answering, is the same for both (serve.go and this file).
+// or a TLS one (tls.go). Everything above it, parsing, serving, answering
+// and the limits and metrics of connections, is the same for both
+// (serve.go and this file).
 type transport interface {
 	// wake asks for the queued answers to be written soon, by whoever
 	// writes this connection's socket (its event loop, its writer
 	// goroutine). It must not block: it is called under shard locks.
 	wake()
-	// overflow says that more than maxOutbound bytes of answers wait to be
-	// written: the client does not read them, and must be cut off. It is
-	// called without cs.mu, maybe more than once, and must not block.
-	overflow()
+	// cut closes a connection the limits cut off (connState.cut), without
+	// waiting for whoever writes its socket, which may be blocked on the
+	// client. It is called without cs.mu and must not block.
+	cut()
+	// recheck asks the connection to look at its unsent bytes again and
+	// cut itself off if the node is still over MaxUnsent
+	// (unsentLedger.shed picked it). It must not block.
+	recheck()
 	// peerClosed asks the kernel, without waiting, whether the client has
 	// closed its end (see peerGone).
 	peerClosed() bool
@@ -38,14 +43,26 @@ type transport interface {
 // one write. out comes from a pool and goes back after each flush, so an
 // idle connection holds no output buffer at all.
 type connState struct {
-	t transport
+	t   transport
+	adm *admission   // the node's limits and counts
+	m   *nodeMetrics // counts every answer queued here (send, sendParseError)
 
 	mu       sync.Mutex
 	out      *bytebufferpool.ByteBuffer // nil when nothing is queued
 	flushing bool                       // a flush is on its way: the reader serves input, or a wake is queued
-	closed   bool                       // the connection ended (closeConn): drop output, enqueue no waiters
+	closed   bool                       // the connection ended (closeConn), or cutOff: drop output, enqueue no waiters
 	waiters  *waiter                    // this connection's unanswered acquires (cprev/cnext list)
 	nwaiters int                        // length of waiters
+	// cutOff: too many answers wait for the client to take them (cutBy
+	// says which limit); the connection is being closed.
+	cutOff bool
+	cutBy  limitKind
+
+	// writing is the size of the flush under way: answers taken from out
+	// that the socket has not taken yet. They count against
+	// MaxUnsentPerConn with out; a TLS connection's Write blocks while its
+	// client does not read.
+	writing atomic.Int64
 
 	// alivePolledAt is the apply time (monoNow of one applied entry) at
 	// which the kernel last said the peer was still there; see peerGone.
@@ -55,6 +72,19 @@ type connState struct {
 	// goroutine).
 	touched []*shard // shards that got commands from the input being served
 	authed  bool     // an H with the right secret was received (Node.secretHash)
+	// listed counts the waiters ever added. Only the reader adds them
+	// (addWaiter), so it may read this without mu: an acquire that listed
+	// no waiter was answered on receipt.
+	listed uint64
+
+	// unsent is the bytes the socket had not taken at the last settle
+	// (unsentLedger); used only by the goroutine that settles them (the
+	// event loop, or the TLS writer).
+	unsent int64
+}
+
+func newConnState(t transport, adm *admission, m *nodeMetrics) *connState {
+	return &connState{t: t, adm: adm, m: m}
 }
 
 // send appends one response and makes sure it will be flushed.
@@ -64,6 +94,7 @@ func (cs *connState) send(r *codec.Response) {
 		cs.mu.Unlock()
 		return
 	}
+	cs.m.answered(r.Op, r.Status, r.Code)
 	cs.buffer().B = codec.AppendResponse(cs.out.B, r)
 	cs.unlockAndWake()
 }
@@ -75,6 +106,7 @@ func (cs *connState) sendParseError(r *codec.Request, perr *codec.ParseError) {
 		cs.mu.Unlock()
 		return
 	}
+	cs.m.answered(codec.ParseErrorOp(r, perr), codec.StatusErr, bytesOf(perr.Code))
 	cs.buffer().B = codec.AppendParseError(cs.out.B, r, perr)
 	cs.unlockAndWake()
 }
@@ -88,59 +120,94 @@ func (cs *connState) buffer() *bytebufferpool.ByteBuffer {
 }
 
 // unlockAndWake releases mu after an append and, if no flush is on its way,
-// asks the transport for one. Answers that pile up unwritten beyond
-// maxOutbound are the transport's to cut off.
+// asks the transport for one. Answers not written yet (queued, or in the
+// flush under way) count against MaxUnsentPerConn like those the socket
+// holds: a burst of them (grants of thousands of the connection's waiters
+// in one entry) is cut off here rather than copied into gnet first, and a
+// TLS client that does not read is cut off here.
 func (cs *connState) unlockAndWake() {
+	cut := int64(len(cs.out.B))+cs.writing.Load() > int64(cs.adm.limits.MaxUnsentPerConn)
+	if cut {
+		cs.cutLocked(limitUnsentPerConn)
+	}
 	wake := !cs.flushing
 	cs.flushing = true
-	over := cs.out.Len() > maxOutbound
 	cs.mu.Unlock()
 	if wake {
 		cs.t.wake()
 	}
-	if over {
-		cs.t.overflow()
+	if cut {
+		cs.t.cut()
 	}
 }
 
 // beginTraffic marks that the reader is about to flush, so that responses
-// produced meanwhile do not queue a redundant wake.
-func (cs *connState) beginTraffic() {
+// produced meanwhile do not queue a redundant wake. It reports whether the
+// connection was cut off meanwhile, to be closed instead.
+func (cs *connState) beginTraffic() (cutOff bool) {
 	cs.mu.Lock()
+	defer cs.mu.Unlock()
 	cs.flushing = true
-	cs.mu.Unlock()
+	return cs.cutOff
 }
 
 // flush writes everything queued to w, the connection's socket; only the
 // one goroutine that writes the socket calls it. w must be done with the
 // bytes when Write returns (gnet copies what it cannot send at once into its
-// outbound buffer), since they go back to the pool.
-func (cs *connState) flush(w io.Writer) error {
+// outbound buffer), since they go back to the pool. It reports whether the
+// connection was cut off, to be closed instead, and w's error.
+func (cs *connState) flush(w io.Writer) (cutOff bool, err error) {
 	cs.mu.Lock()
 	buf := cs.out
 	cs.out = nil
 	cs.flushing = false
+	cutOff = cs.cutOff
+	if buf != nil {
+		cs.writing.Store(int64(len(buf.B)))
+	}
 	cs.mu.Unlock()
 	if buf == nil {
-		return nil
+		return cutOff, nil
 	}
-	_, err := w.Write(buf.B)
+	_, err = w.Write(buf.B)
+	cs.writing.Store(0)
 	bytebufferpool.Put(buf)
-	return err
+	return false, err
 }
 
-// Limits that keep one client from taking the server's memory.
-const (
-	// maxWaitersPerConn bounds the unanswered acquires of one connection;
-	// more are answered ERR overloaded.
-	maxWaitersPerConn = 100_000
-	// maxOutbound bounds the answers written to a connection but not yet
-	// taken by its client; a client that stops reading is disconnected.
-	// A gnet connection counts what gnet holds (OnTraffic), a TLS one what
-	// waits for its writer goroutine (overflow), plus the one write that
-	// goroutine has under way.
-	maxOutbound = 64 << 20
-)
+// cut cuts the connection off for limit (unsentLedger's verdicts), unless
+// it is closed already.
+func (cs *connState) cut(limit limitKind) {
+	cs.mu.Lock()
+	first := !cs.closed
+	if first {
+		cs.cutLocked(limit)
+	}
+	cs.mu.Unlock()
+	if first {
+		cs.t.cut()
+	}
+}
+
+// cutLocked cuts the connection off for limit: its output is dropped and it
+// takes no more waiters, as if closed (a grant that lands for it is
+// released at once); the transport closes it (its event loop at the next
+// flush, or transport.cut), and closeConn logs the limit hit. mu must be
+// held.
+func (cs *connState) cutLocked(limit limitKind) {
+	cs.cutOff, cs.closed, cs.cutBy = true, true, limit
+	if cs.out != nil {
+		bytebufferpool.Put(cs.out)
+		cs.out = nil
+	}
+}
+
+// cutOffBy reports the limit that cut the connection off, if one did.
+func (cs *connState) cutOffBy() (limit limitKind, cut bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.cutBy, cs.cutOff
+}
 
 // addResult says whether a waiter could be added to its connection.
 type addResult uint8
@@ -148,18 +215,24 @@ type addResult uint8
 const (
 	added      addResult = iota
 	connClosed           // the client is gone: do not queue the acquire
-	connFull             // maxWaitersPerConn reached
+	connFull             // MaxWaitersPerConn reached
+	nodeFull             // MaxWaiters reached
 )
 
-// addWaiter links w into the connection's list.
+// addWaiter links w into the connection's list. This is where
+// MaxWaitersPerConn and MaxWaiters are checked.
 func (cs *connState) addWaiter(w *waiter) addResult {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	switch {
 	case cs.closed:
 		return connClosed
-	case cs.nwaiters >= maxWaitersPerConn:
+	case cs.nwaiters >= cs.adm.limits.MaxWaitersPerConn:
+		cs.adm.hits.hit(limitWaitersPerConn)
 		return connFull
+	case !cs.adm.admitWaiter():
+		cs.adm.hits.hit(limitWaiters)
+		return nodeFull
 	}
 	w.cnext = cs.waiters
 	if cs.waiters != nil {
@@ -168,14 +241,17 @@ func (cs *connState) addWaiter(w *waiter) addResult {
 	cs.waiters = w
 	w.inConn = true
 	cs.nwaiters++
+	cs.listed++
+	w.shard.stats.waiters.Add(1)
 	return added
 }
 
-// removeWaiter unlinks w once it has been answered.
+// removeWaiter unlinks w once it has been answered, which ends the
+// acquire's time from receipt to answer.
 func (cs *connState) removeWaiter(w *waiter) {
 	cs.mu.Lock()
-	defer cs.mu.Unlock()
 	if cs.closed || !w.inConn {
+		cs.mu.Unlock()
 		return // not listed, or the list was handed to close
 	}
 	if w.cprev != nil {
@@ -189,12 +265,19 @@ func (cs *connState) removeWaiter(w *waiter) {
 	w.cprev, w.cnext = nil, nil
 	w.inConn = false
 	cs.nwaiters--
+	cs.adm.waitersGone(1)
+	cs.mu.Unlock()
+	w.shard.stats.waiters.Add(-1)
+	cs.m.acquireAnswered(w.received, monoNow())
 }
 
-// close marks the connection closed and returns its unanswered acquires.
+// close marks the connection closed and returns its unanswered acquires
+// (with, after a cut-off, some answered since: abandon ignores them).
 func (cs *connState) close() []*waiter {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	cs.adm.waitersGone(cs.nwaiters) // after a cut-off, the list as it was then
+	cs.nwaiters = 0
 	cs.closed = true
 	if cs.out != nil {
 		bytebufferpool.Put(cs.out)
@@ -203,6 +286,7 @@ func (cs *connState) close() []*waiter {
 	var ws []*waiter
 	for w := cs.waiters; w != nil; w = w.cnext {
 		ws = append(ws, w)
+		w.shard.stats.waiters.Add(-1) // unanswered: no latency to record
 	}
 	cs.waiters = nil
 	return ws

@@ -96,6 +96,7 @@ func (s *shard) removeInflight(p *proposal) bool {
 			copy(s.inflight[i:], s.inflight[i+1:])
 			s.inflight[len(s.inflight)-1] = nil
 			s.inflight = s.inflight[:len(s.inflight)-1]
+			s.inflightCmds -= len(p.origins)
 			p.settled = true
 			return true
 		}
@@ -106,14 +107,14 @@ func (s *shard) removeInflight(p *proposal) bool {
 // proposalTimedOut handles a proposal dragonboat gave up waiting for. It may
 // still commit: its requesters are answered now, unless match or a drop
 // answered them already (a leader paused past the timeout learns of the new
-// term first), and a barrier is proposed whose applying settles whether
+// term first), and a fence is proposed whose applying settles whether
 // this one did (see match).
 func (s *shard) proposalTimedOut(p *proposal) {
 	if p.settled {
 		return
 	}
 	s.failProposal(p, codec.CodeUnavailable, "not committed in time, retry")
-	s.needBarrier = true
+	s.needFence = true
 	s.kickIfPending()
 }
 

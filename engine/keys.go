@@ -38,6 +38,8 @@ type waiter struct {
 	deferred  deferredAnswer
 	waitUntil int64 // monotonic end of a finite wait
 	waitIdx   int32 // position in the shard's wait heap, or notInHeap
+	shard     *shard
+	received  int64 // monoNow when the acquire was read, for its latency
 
 	prev, next   *waiter // the key's queue
 	cprev, cnext *waiter // the connection's list
@@ -71,6 +73,7 @@ type keyState struct {
 	// after an Extend that was answered OK.
 	extending int32
 	deferred  int32 // waitDeferred waiters in the queue
+	queued    int32 // waiters in the queue, deferred ones too
 	leaseIdx  int32 // position in the shard's lease heap, or notInHeap
 	expiring  bool  // an Expire for token is in flight
 	granting  *waiter
@@ -88,6 +91,7 @@ func (ks *keyState) enqueue(w *waiter) {
 	}
 	ks.tail = w
 	w.inQueue = true
+	ks.queued++
 	if w.state == waitDeferred {
 		ks.deferred++
 	}
@@ -103,6 +107,7 @@ func (ks *keyState) insertBefore(z, at *waiter) {
 	}
 	at.prev = z
 	z.inQueue = true
+	ks.queued++
 	if z.state == waitDeferred {
 		ks.deferred++
 	}
@@ -125,10 +130,15 @@ func (ks *keyState) unlink(w *waiter) {
 	}
 	w.prev, w.next = nil, nil
 	w.inQueue = false
+	ks.queued--
 	if w.state == waitDeferred {
 		ks.deferred--
 	}
 }
+
+// waiting is the number of acquires in the queue that wait for the lock:
+// what MaxWaitersPerKey bounds (answers held back for order do not wait).
+func (ks *keyState) waiting() int { return int(ks.queued - ks.deferred) }
 
 // firstQueued is the waiter that is next in line for the lock.
 func (ks *keyState) firstQueued() *waiter {

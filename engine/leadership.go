@@ -6,7 +6,8 @@ import (
 )
 
 // Leadership: following Raft's view of who leads the shard, serving once
-// this node's barrier applied, and handing everything over when it stops.
+// this node's fence applied and until another node's does, and handing
+// everything over when it stops.
 
 // leaderUpdated follows Raft's view of who leads the shard.
 func (s *shard) leaderUpdated(leaderID uint64) {
@@ -15,9 +16,10 @@ func (s *shard) leaderUpdated(leaderID uint64) {
 	s.leaderID = leaderID
 	if leaderID == s.node.cfg.ID {
 		if !s.serving && !s.stopping {
-			// Serve only once an entry of our own term has applied: by then
-			// every earlier committed entry is in our view.
-			s.needBarrier = true
+			// Serve only once our fence has applied: by then every earlier
+			// committed entry is in our view, and from it on no other
+			// node's batch takes effect (statemachine: The fence).
+			s.needFence = true
 			s.kickIfPending()
 		}
 		return
@@ -33,7 +35,7 @@ func (s *shard) leaderUpdated(leaderID uint64) {
 	s.stopServing()
 }
 
-// startServing runs when this node's barrier applies.
+// startServing runs when this node's fence applies.
 func (s *shard) startServing(now int64) {
 	if s.serving || s.stopping || s.leaderID != s.node.cfg.ID {
 		return
@@ -53,6 +55,22 @@ func (s *shard) startServing(now int64) {
 		s.grantHead(ks)
 	}
 	s.kickIfPending()
+}
+
+// lostFence stops serving once another node's fence applied after ours, or
+// a batch of ours came back Fenced: our batches change nothing any more.
+// Waiters stay parked, as while nobody leads; if Raft still says we lead (a
+// fence proposed by a node that had just lost its leadership can come
+// after ours), a new fence claims the table back and serving resumes.
+func (s *shard) lostFence() {
+	s.serving = false
+	s.dropPending()
+	if s.leaderID == s.node.cfg.ID && !s.stopping {
+		s.needFence = true
+	}
+	if s.node.tracing {
+		s.trace("fence lost: not serving", "leader", s.leaderID)
+	}
 }
 
 // stopServing answers every waiter and every command not yet proposed:
@@ -148,6 +166,7 @@ func (s *shard) reset(each func(func(sm.Lock))) {
 		s.setDeadline(ks, now)
 		held++
 	})
+	s.stats.held.Store(int64(held))
 	// Once per shard at start, and once per snapshot recovery: rare.
 	s.node.log.Info("shard table loaded", "shard", s.id, "locks", held)
 	for _, ks := range s.keys {

@@ -12,6 +12,17 @@
 // shard updates its view of the table and, on the node that proposed the
 // entry, answers the requesters.
 //
+// A shard serves (leadership.go) while this node leads it and holds its
+// fence: a new leader proposes a fence and serves once it applies, and
+// stops when another node's fence applies or a batch of its own comes back
+// Fenced (statemachine: The fence). So a deposed leader that has not heard
+// the news yet cannot change the table from its stale view, even though
+// dragonboat forwards what it proposes to the new leader.
+//
+// Every queue a client can fill is bounded by Config.Limits: admission.go
+// holds the limits and the node-wide counts, limitlog.go logs the limits
+// hit, unsent.go bounds the answers clients do not take.
+//
 // Dragonboat keeps each shard's Raft log in the store Config.RaftLog names:
 // engine/raftlog, baton's own (it does not sync a change of the commit
 // index alone), or dragonboat's (raftStorageConfig).
@@ -56,6 +67,8 @@ type Node struct {
 	server     *server
 	tlsServer  *tlsServer // nil without Config.TLSListen
 	metrics    *nodeMetrics
+	adm        *admission // the limits, and the counts they bound
+	started    time.Time
 
 	// Access control (serve.go).
 	secretHash        []byte   // hashSecret(Config.AuthSecret); nil: no H needed
@@ -82,6 +95,7 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.SnapshotEntries == 0 {
 		cfg.SnapshotEntries = DefaultSnapshotEntries
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -102,9 +116,11 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{}), secretHash: hashSecret(cfg.AuthSecret)}
+	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{}), started: time.Now(),
+		secretHash: hashSecret(cfg.AuthSecret)}
 	n.tracing = n.log.Enabled(context.Background(), slog.LevelDebug)
-	n.metrics = newNodeMetrics(n)
+	n.adm = newAdmission(cfg.Limits, n.log)
+	n.metrics = newNodeMetrics()
 	if err := n.start(); err != nil {
 		n.closeStorage()
 		return nil, err
@@ -124,14 +140,16 @@ func (n *Node) start() error {
 	for id := 1; id <= n.cfg.Shards; id++ {
 		n.shards = append(n.shards, newShard(n, uint64(id)))
 	}
+	n.registerGauges()
 	me := n.cfg.Peers[n.cfg.ID-1]
-	quietDragonboat()
+	quietDragonboat(n.log)
 	nhc := config.NodeHostConfig{
 		NodeHostDir:       filepath.Join(n.cfg.DataDir, raftDir),
 		RTTMillisecond:    uint64(n.cfg.RTT / time.Millisecond),
 		RaftAddress:       me.RaftAddr,
 		ListenAddress:     n.cfg.raftListen(),
 		RaftEventListener: n,
+		EnableMetrics:     true, // dragonboat's series, in the library's default set (/metrics)
 		Expert:            raftStorageConfig(n.cfg.RaftLog),
 	}
 	if n.cfg.RaftTLS != nil {
@@ -180,6 +198,9 @@ func (n *Node) start() error {
 		n.loops.Add(1)
 		go func() { defer n.loops.Done(); n.runPriority() }()
 	}
+	n.loops.Add(2)
+	go func() { defer n.loops.Done(); n.adm.hits.run(n.stopC) }()
+	go func() { defer n.loops.Done(); n.adm.unsent.runSweeper(n.stopC) }()
 	n.server = newServer(n)
 	if err := n.server.start(me.ClientAddr); err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", me.ClientAddr, unwrapSyscall(err))
@@ -192,11 +213,19 @@ func (n *Node) start() error {
 			return fmt.Errorf("cannot listen on %s: %w", n.cfg.TLSListen, unwrapSyscall(err))
 		}
 	}
-	n.log.Info("batond started", "id", n.cfg.ID, "client", me.ClientAddr, "raft", me.RaftAddr,
-		"data", n.cfg.DataDir, "shards", n.cfg.Shards, "peers", len(n.cfg.Peers),
-		"tls", n.cfg.TLSListen, "raft_tls", n.cfg.RaftTLS != nil, "auth", n.secretHash != nil)
+	n.logStarted()
 	n.warnIfOpen()
 	return nil
+}
+
+// logStarted logs the node's settings once, as it starts serving.
+func (n *Node) logStarted() {
+	me := n.cfg.Peers[n.cfg.ID-1]
+	n.log.Info("batond started", "id", n.cfg.ID, "client", me.ClientAddr, "raft", me.RaftAddr,
+		"raft_listen", n.cfg.raftListen(), "data", n.cfg.DataDir, "shards", n.cfg.Shards,
+		"peers", joinPeers(n.cfg.peerStrings()), "rtt", n.cfg.RTT.String(), "snapshot_entries", n.cfg.SnapshotEntries,
+		"raft_log", n.cfg.RaftLog, "limits", n.cfg.Limits,
+		"tls", n.cfg.TLSListen, "raft_tls", n.cfg.RaftTLS != nil, "auth", n.secretHash != nil)
 }
 
 // Stop shuts the node down gracefully: a leader first hands every shard to
@@ -279,7 +308,9 @@ func (n *Node) Reset(shardID uint64, each func(func(sm.Lock))) {
 
 // Applied implements statemachine.Observer.
 func (n *Node) Applied(shardID, index uint64, h sm.Header, cmds []sm.Command, results []sm.Result) {
-	n.shards[shardID-1].applied(h, cmds, results)
+	s := n.shards[shardID-1]
+	s.stats.applied.Store(index)
+	s.applied(h, cmds, results)
 }
 
 // LeaderUpdated implements raftio.IRaftEventListener.
@@ -288,7 +319,10 @@ func (n *Node) LeaderUpdated(info raftio.LeaderInfo) {
 		return
 	}
 	n.log.Info("leader updated", "shard", info.ShardID, "leader", info.LeaderID, "term", info.Term)
-	n.shards[info.ShardID-1].leaderUpdated(info.LeaderID)
+	s := n.shards[info.ShardID-1]
+	s.stats.leaderID.Store(info.LeaderID)
+	s.stats.term.Store(info.Term)
+	s.leaderUpdated(info.LeaderID)
 }
 
 // raftStorageConfig puts the Raft log of every shard in one pebble instance

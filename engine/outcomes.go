@@ -19,9 +19,30 @@ func (s *shard) applied(h sm.Header, cmds []sm.Command, results []sm.Result) {
 	if h.Proposer == s.node.proposerID {
 		p = s.match(h.Seq)
 	}
-	if p != nil && p.barrier {
+	switch {
+	case p != nil && p.fence:
 		s.startServing(now)
+	case h.Fence && h.Proposer != s.node.proposerID && s.serving:
+		// Another node claimed the table: from here on no batch of ours
+		// takes effect.
+		s.lostFence()
+	case len(results) > 0 && results[0].Code == sm.Fenced:
+		// A batch of a node that did not hold the fence: it changed
+		// nothing. If it is ours, its requesters are answered as if Raft
+		// had dropped it, and we do not hold the fence any more.
+		if p != nil {
+			if s.node.tracing {
+				s.trace("batch fenced", "commands", len(cmds), "serving", s.serving)
+			}
+			if s.serving {
+				s.lostFence()
+			}
+			s.resolveDropped(p)
+		}
+		s.kickIfPending()
+		return
 	}
+	s.node.metrics.countApplied(&s.stats, cmds, results)
 	for i := range cmds {
 		var o *origin
 		if p != nil && i < len(p.origins) {
@@ -50,6 +71,7 @@ func (s *shard) popInflight() *proposal {
 	p := s.inflight[0]
 	s.inflight[0] = nil
 	s.inflight = s.inflight[1:]
+	s.inflightCmds -= len(p.origins)
 	p.settled = true
 	return p
 }
@@ -163,14 +185,20 @@ func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) 
 	live := !failed && !w.abandoned && !w.cs.peerGone(now)
 	if live {
 		w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token})
+		s.node.metrics.acquireGranted(w.received, now)
 	}
 	s.finish(w)
-	if !s.grantSameOwner(ks, w.owner, token) && !live && fresh {
+	// Only the serving leader gives it back: a node that does not serve may
+	// be deposed, and the new leader may have given this very grant to a
+	// retry of its owner since (the release would be fenced then, but the
+	// lease frees the key anyway).
+	if !s.grantSameOwner(ks, w.owner, token) && !live && fresh && s.serving {
 		if s.node.tracing {
 			s.trace("grant for nobody: released", "key", ks.key, "token", token, "failed", failed, "abandoned", w.abandoned)
 		}
 		s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: token}, origin{kind: originInternal, ks: ks, token: token})
 		s.handOff(ks)
+		s.node.metrics.abandonedReleased.Inc()
 	}
 }
 

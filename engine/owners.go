@@ -78,6 +78,7 @@ func (s *shard) regranted(w *waiter, res sm.Result, failed bool, now int64) {
 		// stays.
 		s.finish(w)
 	case res.Code == sm.Regranted:
+		s.node.metrics.acquireGranted(w.received, now)
 		if s.hasEarlierLive(w) {
 			// An earlier acquire of the key on this connection is still
 			// unanswered: the OK waits its turn behind it.
@@ -128,6 +129,7 @@ func (s *shard) grantSameOwner(ks *keyState, owner string, token uint64) bool {
 		next := z.next
 		if z.owner == owner && z.state == waitQueued {
 			answered = true
+			s.node.metrics.acquireGranted(z.received, monoNow())
 			if s.hasEarlierLive(z) {
 				// Its connection has an earlier acquire of the key still
 				// waiting: the OK goes out after that one's answer.

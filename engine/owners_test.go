@@ -118,11 +118,7 @@ func TestOwnerPlaceHandedOn(t *testing.T) {
 					t.Fatalf("first answered %q, want TIMEOUT", got)
 				}
 			case "disconnect":
-				for _, w := range first.close() {
-					s.mu.Lock()
-					s.abandon(w)
-					s.mu.Unlock()
-				}
+				s.node.closeConn(first)
 			}
 			request(t, s, holder, "R k 1025")
 			p, cmds := take(t, s)

@@ -23,11 +23,14 @@ const (
 	proposeTimeout = 5 * time.Second
 	// proposeRetry is the pause after dragonboat refused a proposal.
 	proposeRetry = 10 * time.Millisecond
-	// maxProposalsInFlight bounds the proposals of one shard that
-	// dragonboat holds and the watcher has not seen settle. While it is
-	// reached (commits stall), new commands wait in the pending batch.
-	maxProposalsInFlight = 4096
 )
+
+// Limits.MaxProposalsInFlight bounds the proposals of a shard that
+// dragonboat holds and the watcher has not seen settle (shard.inFlight; the
+// results queue has room for them all). While it is reached (commits
+// stall), new commands wait in the pending batch, and past
+// MaxPendingCommands (batched and proposed) they are answered ERR overloaded
+// (batchFull).
 
 // inflightResult is a proposal handed to dragonboat, whose outcome the
 // watcher collects.
@@ -85,9 +88,9 @@ func (n *Node) proposeLocked(s *shard) {
 	for {
 		// Only proposers send to results, and only under proposeMu, so a
 		// free slot now is still free at the send below.
-		if len(s.results) == cap(s.results) {
-			s.resultsFull.Store(true) // the watcher kicks us when a slot frees
-			return
+		if s.resultsAreFull() {
+			n.adm.hits.hit(limitProposalsInFlight)
+			return // the watcher kicks us when a slot frees
 		}
 		s.mu.Lock()
 		p := s.takeProposal()
@@ -95,11 +98,10 @@ func (n *Node) proposeLocked(s *shard) {
 		if p == nil {
 			return
 		}
-		n.metrics.proposals.Inc()
-		n.metrics.commands.Add(len(p.origins))
+		n.metrics.proposed(len(p.origins))
 		rs, err := n.raft.Propose(session, p.data, proposeTimeout)
 		if err != nil {
-			n.metrics.failed.Inc()
+			n.metrics.failedProposals.Inc()
 			s.mu.Lock()
 			if s.removeInflight(p) {
 				code := codec.CodeUnavailable
@@ -111,14 +113,27 @@ func (n *Node) proposeLocked(s *shard) {
 			}
 			// A shard that is not ready, or a full queue, says no again at
 			// once: leave the rest to the proposer after a pause, keeping a
-			// barrier for its next try.
-			s.needBarrier = s.needBarrier || p.barrier
+			// fence for its next try.
+			s.needFence = s.needFence || p.fence
 			s.mu.Unlock()
 			time.AfterFunc(proposeRetry, s.kickProposer)
 			return
 		}
+		s.inFlight.Add(1)
 		s.results <- inflightResult{p, rs}
 	}
+}
+
+// resultsAreFull reports whether MaxProposalsInFlight proposals are in
+// flight; if so, the watcher kicks the proposer when one settles.
+func (s *shard) resultsAreFull() bool {
+	if s.inFlight.Load() < int64(cap(s.results)) {
+		return false
+	}
+	s.resultsFull.Store(true)
+	// A proposal that settled before the mark was set did not see it:
+	// look again, or nobody might kick the proposer.
+	return s.inFlight.Load() >= int64(cap(s.results))
 }
 
 // watchResults waits for each proposal's outcome in order. Applied entries
@@ -127,13 +142,14 @@ func (n *Node) watchResults(s *shard) {
 	for r := range s.results {
 		res := <-r.rs.ResultC()
 		r.rs.Release()
+		s.inFlight.Add(-1)
 		if s.resultsFull.Swap(false) {
 			s.kickProposer()
 		}
 		if res.Completed() {
 			continue
 		}
-		n.metrics.failed.Inc()
+		n.metrics.failedProposals.Inc()
 		s.mu.Lock()
 		if res.Timeout() {
 			s.proposalTimedOut(r.p)

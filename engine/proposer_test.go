@@ -7,6 +7,8 @@ import (
 
 	"github.com/lni/dragonboat/v4"
 	"github.com/lni/dragonboat/v4/client"
+
+	sm "github.com/baton-dev/baton/statemachine"
 )
 
 // fakeRaft accepts every proposal; each one's RequestState reports what the
@@ -22,15 +24,14 @@ func (f *fakeRaft) Propose(*client.Session, []byte, time.Duration) (*dragonboat.
 	return rs, nil
 }
 
-// proposingShard is testShard with a node that proposes to a fakeRaft and a
-// results queue of one slot.
+// proposingShard is testShard with a node that proposes to a fakeRaft and
+// one proposal in flight at most.
 func proposingShard(t *testing.T) (*shard, *fakeRaft) {
 	t.Helper()
-	s := testShard(t)
+	s := limitedShard(t, withLimits(func(l *Limits) { l.MaxProposalsInFlight = 1 }))
 	n := s.node
 	f := &fakeRaft{states: make(chan *dragonboat.RequestState, 16)}
-	n.raft, n.sessions, n.metrics = f, []*client.Session{nil}, newNodeMetrics(n)
-	s.results = make(chan inflightResult, 1)
+	n.raft, n.sessions, n.metrics = f, []*client.Session{nil}, newNodeMetrics()
 	return s, f
 }
 
@@ -113,8 +114,9 @@ func TestEventLoopDoesNotWaitForBusyProposer(t *testing.T) {
 	}
 }
 
-// Past the batch's bound, requests that would add a command are answered
-// ERR overloaded; an acquire that only queues behind a holder is not.
+// Past the bound of commands batched and not committed, requests that would
+// add a command are answered ERR overloaded; an acquire that only queues
+// behind a holder is not.
 func TestFullBatchAnswersOverloaded(t *testing.T) {
 	s := testShard(t)
 	s.maxPending = 1
@@ -137,11 +139,62 @@ func TestFullBatchAnswersOverloaded(t *testing.T) {
 	if got := answers(queued); got != nil {
 		t.Fatalf("queued acquire answered %q", got)
 	}
-	take(t, s)
+	p, cmds := take(t, s)
+	request(t, s, other, "A b 10000 0")
+	if got := answers(other); len(got) != 1 || !strings.HasPrefix(got[0], "A b ERR overloaded ") {
+		t.Fatalf("a's Grant proposed, not committed: %q, want b's ERR overloaded", got)
+	}
+	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
 	request(t, s, other, "A b 10000 0")
 	if got := answers(other); got != nil || s.pending.Len() != 1 {
-		t.Fatalf("after the batch was proposed: answers %q, pending %d; want b's Grant batched", got, s.pending.Len())
+		t.Fatalf("after a's Grant committed: answers %q, pending %d; want b's Grant batched", got, s.pending.Len())
 	}
+}
+
+// Past MaxProposalsInFlight, commands wait in the batch; past
+// MaxPendingCommands as well, a request that would add one is answered ERR
+// overloaded, while one that adds none (an acquire queueing behind a
+// holder) is still served. Once a proposal settles, the batch goes out.
+func TestProposalsInFlightBounded(t *testing.T) {
+	s, f := proposingShard(t)
+	s.maxPending = 2
+	n := s.node
+	cs := newConn()
+	request(t, s, cs, "A a 10000 0")
+	n.proposeFromLoop(s) // in flight
+	request(t, s, cs, "A b 10000 0")
+	n.proposeFromLoop(s) // waits in the batch
+	request(t, s, cs, "A c 10000 0")
+	request(t, s, cs, "A a 10000 0") // queues behind a's Grant
+	if got := answers(cs); len(got) != 1 || got[0] != "A c ERR overloaded "+tooManyCommands {
+		t.Fatalf("answers %q, want only c's ERR overloaded", got)
+	}
+	if len(f.states) != 1 || s.pending.Len() != 1 {
+		t.Fatalf("%d proposed, %d batched: want 1 and 1", len(f.states), s.pending.Len())
+	}
+	hits := &n.adm.hits.counts
+	if hits[limitProposalsInFlight].Load() == 0 || hits[limitPendingCommands].Load() != 1 {
+		t.Fatalf("hits counted: proposals %d, commands %d", hits[limitProposalsInFlight].Load(), hits[limitPendingCommands].Load())
+	}
+
+	watched := make(chan struct{})
+	go func() { defer close(watched); n.watchResults(s) }()
+	(<-f.states).CompletedC <- dragonboat.RequestResult{} //lint:ignore SA1019 the fake's channel (fakeRaft)
+	select {
+	case <-s.kick:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a proposal settled but the proposer was not kicked")
+	}
+	n.proposePending(s)
+	select {
+	case rs := <-f.states:
+		//lint:ignore SA1019 the fake's channel (fakeRaft)
+		rs.CompletedC <- dragonboat.RequestResult{}
+	default:
+		t.Fatal("the batch was not proposed once a proposal settled")
+	}
+	close(s.results)
+	<-watched
 }
 
 // Queries waiting for a ReadIndex are bounded too.

@@ -25,9 +25,11 @@ type pendingRead struct {
 }
 
 // queueRead puts a Q in the read queue, or answers ERR overloaded when the
-// queue is full. Called with s.mu held.
+// queue is full: this is where MaxPendingQueries is checked. Called with
+// s.mu held.
 func (s *shard) queueRead(cs *connState, key []byte) {
 	if len(s.reads) >= s.maxReads {
+		s.node.adm.hits.hit(limitPendingQueries)
 		sendError(cs, codec.OpQuery, key, codec.CodeOverloaded, tooManyReads)
 		return
 	}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/baton-dev/baton/codec"
@@ -96,16 +95,20 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		s.forgetIfIdle(ks)
 		return
 	}
-	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued, waitIdx: notInHeap}
+	if !retry && s.keyFull(ks, r.Owner) {
+		if ks.hasLiveWaiter(cs) {
+			s.deferAnswer(cs, ks, &codec.ParseError{Code: codec.CodeOverloaded, Text: s.node.adm.tooManyForKey})
+		} else {
+			sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, s.node.adm.tooManyForKey)
+		}
+		return
+	}
+	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued, waitIdx: notInHeap, shard: s, received: now}
 	if len(r.Owner) > 0 {
 		w.owner = string(r.Owner)
 	}
-	switch cs.addWaiter(w) {
-	case connClosed:
-		s.forgetIfIdle(ks)
-		return
-	case connFull:
-		sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, tooManyWaiters)
+	if res := cs.addWaiter(w); res != added {
+		refuseWaiter(cs, ks, res)
 		s.forgetIfIdle(ks)
 		return
 	}
@@ -127,16 +130,44 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 // deferAnswer queues a decided answer (TIMEOUT when err is nil) behind the
 // connection's earlier acquire of the same key.
 func (s *shard) deferAnswer(cs *connState, ks *keyState, err error) {
-	w := &waiter{cs: cs, ks: ks, state: waitDeferred, deferred: deferredAnswer{err: err}, waitIdx: notInHeap}
-	switch cs.addWaiter(w) {
-	case connClosed:
-		return
-	case connFull:
+	w := &waiter{cs: cs, ks: ks, state: waitDeferred, deferred: deferredAnswer{err: err}, waitIdx: notInHeap, shard: s, received: monoNow()}
+	if res := cs.addWaiter(w); res != added {
 		// Order gives way to the limit: answer now rather than keep more.
-		sendError(cs, codec.OpAcquire, bytesOf(ks.key), codec.CodeOverloaded, tooManyWaiters)
+		refuseWaiter(cs, ks, res)
 		return
 	}
 	ks.enqueue(w)
+}
+
+// refuseWaiter answers an acquire that its connection could not take:
+// ERR overloaded past a limit, nothing when the client is gone.
+func refuseWaiter(cs *connState, ks *keyState, res addResult) {
+	switch res {
+	case connFull:
+		sendError(cs, codec.OpAcquire, bytesOf(ks.key), codec.CodeOverloaded, cs.adm.tooManyOnConn)
+	case nodeFull:
+		sendError(cs, codec.OpAcquire, bytesOf(ks.key), codec.CodeOverloaded, cs.adm.tooManyOnNode)
+	}
+}
+
+// keyFull reports whether an acquire of ks with owner would wait beyond
+// MaxWaitersPerKey: this is where that limit is checked. Acquires of one
+// owner are one acquire with one place in the queue (owners.go), so one
+// whose owner already waits is let in; the queue is walked only at the
+// limit.
+func (s *shard) keyFull(ks *keyState, owner []byte) bool {
+	if ks.waiting() < s.maxWaitersPerKey {
+		return false
+	}
+	if len(owner) > 0 {
+		for w := ks.head; w != nil; w = w.next {
+			if w.live() && w.owner == string(owner) {
+				return false
+			}
+		}
+	}
+	s.node.adm.hits.hit(limitWaitersPerKey)
+	return true
 }
 
 func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
@@ -199,15 +230,25 @@ func (s *shard) answerNotServing(cs *connState, op byte, key []byte) {
 	sendError(cs, op, key, codec.CodeUnavailable, "leadership is changing or unknown, retry")
 }
 
-// Texts of ERR overloaded.
-var (
-	tooManyWaiters  = "too many unanswered acquires on this connection (" + strconv.Itoa(maxWaitersPerConn) + ")"
+// Texts of ERR overloaded (those that name a configured number are the
+// admission's).
+const (
 	tooManyCommands = "commits are stalled and too many commands wait to be proposed, retry later"
 	tooManyReads    = "too many queries wait for the leader to confirm its leadership, retry later"
 )
 
-// batchFull reports whether the batch has no room for a client's command.
-func (s *shard) batchFull() bool { return s.pending.Len() >= s.maxPending }
+// batchFull reports whether the batch has no room for a client's command:
+// this is where MaxPendingCommands is checked. It counts the commands
+// proposed and not committed too: MaxProposalsInFlight alone bounds how
+// many proposals Raft holds, not how big each is, and while commits stall
+// every event loop's round of requests would become one more.
+func (s *shard) batchFull() bool {
+	if s.pending.Len()+s.inflightCmds < s.maxPending {
+		return false
+	}
+	s.node.adm.hits.hit(limitPendingCommands)
+	return true
+}
 
 func send(cs *connState, op byte, key []byte, st codec.Status) {
 	cs.send(&codec.Response{Op: op, Key: key, Status: st})

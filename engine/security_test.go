@@ -43,7 +43,7 @@ func TestValidateSecurity(t *testing.T) {
 		{"empty secret", func(c *Config) { c.AuthSecret = []byte{} }, "--auth-file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := Config{ID: 1, Peers: peers, DataDir: "d"}
+			c := Config{ID: 1, Peers: peers, DataDir: "d", Limits: DefaultLimits()}
 			tc.cfg(&c)
 			err := c.validate()
 			switch {

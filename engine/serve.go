@@ -13,15 +13,30 @@ import (
 // server.go, TLS in tls.go): its start, the serving of the bytes it
 // received, and its end.
 
-// openConn is a new client connection on transport t.
+// openConn is a new client connection on transport t, or nil when it is
+// refused: this is where MaxConns is checked (a connection past it is to be
+// closed at once, without a word) and where connections are counted in.
 func (n *Node) openConn(t transport) *connState {
-	return &connState{t: t}
+	if !n.adm.admitConn() {
+		n.adm.hits.hitBy(limitConns, t.remoteAddr())
+		return nil
+	}
+	n.metrics.connsAccepted.Inc()
+	n.metrics.connsOpen.Add(1)
+	return newConnState(t, n.adm, n.metrics)
 }
 
-// closeConn abandons the unanswered acquires of a connection that ended:
-// queued ones leave their queues; one whose Grant is in flight is released
-// as soon as it lands.
+// closeConn ends a connection that openConn admitted, once its transport is
+// done with it: it is counted out, a cut-off is logged as the limit hit,
+// and its unanswered acquires are abandoned: queued ones leave their
+// queues; one whose Grant is in flight is released as soon as it lands.
 func (n *Node) closeConn(cs *connState) {
+	if limit, cut := cs.cutOffBy(); cut {
+		cs.adm.hits.hitBy(limit, cs.t.remoteAddr())
+	}
+	cs.adm.connClosed()
+	cs.adm.unsent.forget(cs)
+	cs.m.connsOpen.Add(-1)
 	for _, w := range cs.close() {
 		s := n.shardFor(bytesOf(w.ks.key))
 		s.mu.Lock()
@@ -36,9 +51,12 @@ func (n *Node) closeConn(cs *connState) {
 // returns how many bytes it used, the rest being the start of a line whose
 // end has not arrived, and whether the connection is to be closed once its
 // answers are written: after a line too long to frame the next one, or a
-// refused H. The answers are queued; the caller flushes them.
+// refused H. The answers are queued; the caller flushes them. A connection
+// cut off since its last flush is not served, only closed.
 func (n *Node) serveInput(cs *connState, buf []byte) (used int, closeConn bool) {
-	cs.beginTraffic()
+	if cut := cs.beginTraffic(); cut {
+		return len(buf), true
+	}
 	used, closeConn = n.serveLines(cs, buf)
 	for i, s := range cs.touched {
 		n.proposeFromLoop(s)
@@ -75,6 +93,11 @@ func (n *Node) serveLines(cs *connState, buf []byte) (used int, closeConn bool) 
 // be closed.
 func (n *Node) serveLine(cs *connState, line []byte, req *codec.Request, now int64) bool {
 	err := codec.ParseRequest(line, req)
+	if err != nil {
+		n.metrics.badRequests.Inc()
+	} else {
+		n.metrics.countRequest(req.Op)
+	}
 	if req.Op == codec.OpHello || n.secretHash != nil && !cs.authed {
 		return n.hello(cs, req, err)
 	}
@@ -82,17 +105,21 @@ func (n *Node) serveLine(cs *connState, line []byte, req *codec.Request, now int
 		n.badRequest(cs, req, err)
 		return true
 	}
-	n.metrics.countRequest(req.Op)
 	s := n.shardFor(req.Key)
+	listed := cs.listed
 	if s.handle(cs, req, now) {
 		cs.touch(s)
+	}
+	if req.Op == codec.OpAcquire && cs.listed == listed {
+		// Answered on receipt (try-lock of a held key, MOVED, ERR): queued
+		// acquires are timed when they leave their connection's list.
+		n.metrics.acquireAnswered(now, monoNow())
 	}
 	return true
 }
 
 // badRequest answers a line that failed to parse with err.
 func (n *Node) badRequest(cs *connState, req *codec.Request, err error) {
-	n.metrics.badReqs.Inc()
 	var perr *codec.ParseError
 	if !errors.As(err, &perr) {
 		perr = &codec.ParseError{Code: codec.CodeBadRequest, Text: err.Error()}

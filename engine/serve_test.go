@@ -10,10 +10,7 @@ import (
 // are answered without a proposal (Q, H, bad lines).
 func testNode(t *testing.T, secret string) *Node {
 	t.Helper()
-	s := testShard(t)
-	n := s.node
-	n.shards = []*shard{s}
-	n.metrics = newNodeMetrics(n)
+	n := testShard(t).node
 	if secret != "" {
 		n.secretHash = hashSecret([]byte(secret))
 	}
@@ -70,6 +67,34 @@ func TestHello(t *testing.T) {
 				t.Errorf("answers %q, closed %v; want %q, closed %v", got, closed, tc.answers, tc.closed)
 			}
 		})
+	}
+}
+
+// TestServeCounts: whatever its transport, a connection is counted in and
+// out, and every line it sends is counted: a request by its op (H
+// included, even one refused, and a request refused before H), a line that
+// does not parse as a bad request.
+func TestServeCounts(t *testing.T) {
+	n := testNode(t, "s3cret")
+	m := n.metrics
+	before := samples(t, m)
+	cs := n.openConn(fakeConn{})
+	moved(t, m, before, map[string]float64{"baton_connections_open": 1, "baton_connections_accepted_total": 1})
+	n.serveInput(cs, []byte("H s3cret\nQ k\nx\nH\n"))
+	other := n.openConn(fakeConn{})
+	n.serveInput(other, []byte("Q k\n"))
+	n.closeConn(cs)
+	n.closeConn(other)
+	moved(t, m, before, map[string]float64{
+		"baton_connections_open": 0, "baton_connections_accepted_total": 2,
+		`baton_requests_total{op="H"}`: 1, `baton_requests_total{op="Q"}`: 2, "baton_bad_requests_total": 2,
+		`baton_answers_total{op="H",answer="OK"}`: 1, `baton_answers_total{op="Q",answer="FREE"}`: 1,
+		`baton_answers_total{op="?",answer="ERR",code="badrequest"}`: 1,
+		`baton_answers_total{op="H",answer="ERR",code="auth"}`:       2, // the malformed H, the Q before H
+		`baton_answers_total{op="H",answer="ERR",code="badrequest"}`: 0,
+	})
+	if c := n.adm.conns.Load(); c != 0 {
+		t.Errorf("%d connections counted after both closed", c)
 	}
 }
 

@@ -61,15 +61,20 @@ func (sv *server) OnBoot(eng gnet.Engine) gnet.Action {
 	return gnet.None
 }
 
-// OnOpen implements gnet.EventHandler.
+// OnOpen implements gnet.EventHandler. A connection past MaxConns is closed
+// at once, without a word (Node.openConn).
 func (sv *server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	c.SetContext(sv.node.openConn(gnetConn{c}))
+	cs := sv.node.openConn(gnetConn{c})
+	if cs == nil {
+		return nil, gnet.Close
+	}
+	c.SetContext(cs)
 	return nil, gnet.None
 }
 
 // OnClose implements gnet.EventHandler.
 func (sv *server) OnClose(c gnet.Conn, _ error) gnet.Action {
-	if cs, _ := c.Context().(*connState); cs != nil {
+	if cs, _ := c.Context().(*connState); cs != nil { // nil: refused by OnOpen
 		sv.node.closeConn(cs)
 	}
 	return gnet.None
@@ -77,7 +82,8 @@ func (sv *server) OnClose(c gnet.Conn, _ error) gnet.Action {
 
 // OnTraffic serves every complete line in the inbound buffer and writes all
 // answers that are ready in one write. It is also how other goroutines get
-// their answers written: they Wake the connection.
+// their answers written (they Wake the connection), and how a connection
+// with too many unsent answers is closed.
 func (sv *server) OnTraffic(c gnet.Conn) gnet.Action {
 	cs := c.Context().(*connState)
 	buf, _ := c.Peek(-1)
@@ -87,13 +93,11 @@ func (sv *server) OnTraffic(c gnet.Conn) gnet.Action {
 		// which would drop a line whose end has not arrived yet.
 		_, _ = c.Discard(used)
 	}
-	_ = cs.flush(c)
-	if closeConn {
+	if cut, _ := cs.flush(c); cut || closeConn {
 		return gnet.Close
 	}
-	if c.OutboundBuffered() > maxOutbound {
-		sv.node.log.Warn("closing a connection that does not read its answers",
-			"remote", c.RemoteAddr().String(), "unsent_bytes", c.OutboundBuffered())
+	if limit, cut := sv.node.adm.unsent.settle(cs, int64(c.OutboundBuffered())); cut {
+		cs.cut(limit)
 		return gnet.Close
 	}
 	return gnet.None
@@ -106,9 +110,12 @@ type gnetConn struct{ c gnet.Conn }
 // connection is gone.
 func (g gnetConn) wake() { _ = g.c.Wake(nil) }
 
-// overflow needs nothing: a flush is on its way (wake), and OnTraffic cuts
-// the connection off once gnet holds more than maxOutbound.
-func (g gnetConn) overflow() {}
+// cut needs nothing: the event loop closes a connection cut off at its next
+// flush, which is on its way (wake).
+func (g gnetConn) cut() {}
+
+// recheck wakes the connection: OnTraffic settles its unsent bytes again.
+func (g gnetConn) recheck() { g.wake() }
 
 func (g gnetConn) peerClosed() bool { return socketClosedByPeer(g.c.Fd()) }
 

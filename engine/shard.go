@@ -36,7 +36,7 @@ type proposal struct {
 	seq     uint64
 	data    []byte
 	origins []origin // origins[i] belongs to command i
-	barrier bool     // the empty entry a new leader commits before serving
+	fence   bool     // a fence (statemachine: The fence), which a new leader commits before it serves
 	failed  bool     // its requesters were answered ERR already (outcome unknown)
 	// settled: it left the in-flight list, applied or known never to apply,
 	// and its requesters have had their one answer. A timeout that dragonboat
@@ -67,47 +67,52 @@ type shard struct {
 	trailing  map[uint32][]trailingAnswer // answers held back behind an R or K in flight (order.go)
 	nextTrail uint32
 
-	leaderID    uint64 // as last reported by Raft; 0 when unknown
-	serving     bool   // this node leads the shard and its barrier has applied
-	needBarrier bool   // a barrier must be proposed before serving
-	stopping    bool   // the node shuts down: serve nothing, pull nothing
+	// inflightCmds: the commands of the proposals in inflight, which with
+	// those of pending is what MaxPendingCommands bounds.
+	inflightCmds int
+
+	leaderID  uint64 // as last reported by Raft; 0 when unknown
+	serving   bool   // this node leads the shard and holds the fence: its fence applied, no other since
+	needFence bool   // a fence must be proposed (once Raft says this node leads) before serving
+	stopping  bool   // the node shuts down: serve nothing, pull nothing
 
 	lastPull time.Time     // last time this node asked for the shard's leadership
 	reads    []pendingRead // queries waiting for a ReadIndex (clusters only)
 	readKick chan struct{} // wakes the reader
 
-	// Bounds that keep a commit stall from taking the server's memory:
-	// past them, requests that would add to the batch or the read queue
-	// are answered ERR overloaded (fields, so that tests can lower them).
-	maxPending int // commands in the batch waiting to be proposed
-	maxReads   int // queries waiting for a ReadIndex
+	// Bounds of the shard's queues, from the node's Limits (fields, so
+	// that tests can lower them): past them, requests that would add to
+	// a queue are answered ERR overloaded.
+	maxPending       int // commands batched or proposed, not committed yet (MaxPendingCommands)
+	maxReads         int // queries waiting for a ReadIndex (MaxPendingQueries)
+	maxWaitersPerKey int // acquires waiting for one key (MaxWaitersPerKey)
 
 	proposeMu   sync.Mutex          // orders Propose calls: see Node.proposePending
 	kick        chan struct{}       // wakes the proposer
 	timerKick   chan struct{}       // wakes the timer goroutine: an earlier deadline
 	results     chan inflightResult // proposals for the watcher; never full when a proposer sends
-	resultsFull atomic.Bool         // a proposer stopped at a full results queue: the watcher kicks it
+	inFlight    atomic.Int64        // proposals sent to results whose outcome the watcher has not taken
+	resultsFull atomic.Bool         // a proposer stopped at MaxProposalsInFlight: the watcher kicks it
+
+	stats shardStats // for /metrics and /status, read without mu (metrics.go)
 }
 
-// Default bounds of a shard's batch and read queue. A full batch means that
-// maxProposalsInFlight proposals are waiting for a commit already.
-const (
-	maxPendingCommands = 1 << 16
-	maxPendingReads    = 1 << 16
-)
-
 func newShard(n *Node, id uint64) *shard {
+	l := n.adm.limits
 	return &shard{
-		id:         id,
-		node:       n,
-		keys:       make(map[string]*keyState),
-		owners:     make(map[string]string),
-		kick:       make(chan struct{}, 1),
-		timerKick:  make(chan struct{}, 1),
-		readKick:   make(chan struct{}, 1),
-		results:    make(chan inflightResult, maxProposalsInFlight),
-		maxPending: maxPendingCommands,
-		maxReads:   maxPendingReads,
+		id:        id,
+		node:      n,
+		keys:      make(map[string]*keyState),
+		owners:    make(map[string]string),
+		kick:      make(chan struct{}, 1),
+		timerKick: make(chan struct{}, 1),
+		readKick:  make(chan struct{}, 1),
+		// This is where MaxProposalsInFlight is kept: a proposer proposes
+		// only while fewer are in flight (resultsAreFull).
+		results:          make(chan inflightResult, l.MaxProposalsInFlight),
+		maxPending:       l.MaxPendingCommands,
+		maxReads:         l.MaxPendingQueries,
+		maxWaitersPerKey: l.MaxWaitersPerKey,
 	}
 }
 

@@ -20,21 +20,37 @@ import (
 type fakeConn struct{}
 
 func (fakeConn) wake()              {}
-func (fakeConn) overflow()          {}
+func (fakeConn) cut()               {}
+func (fakeConn) recheck()           {}
 func (fakeConn) peerClosed() bool   { return false }
 func (fakeConn) remoteAddr() string { return "test" }
 
 // testShard is a serving leader shard of a one-node cluster.
 func testShard(t *testing.T) *shard {
 	t.Helper()
-	n := &Node{cfg: Config{ID: 1, Peers: []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}}, proposerID: 42,
-		log: slog.New(slog.DiscardHandler)}
+	return limitedShard(t, DefaultLimits())
+}
+
+// limitedShard is testShard with the node's limits l.
+func limitedShard(t *testing.T, l Limits) *shard {
+	t.Helper()
+	n := &Node{cfg: Config{ID: 1, Peers: []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}, Limits: l}, proposerID: 42,
+		log: slog.New(slog.DiscardHandler), metrics: newNodeMetrics()}
+	n.adm = newAdmission(l, n.log)
 	s := newShard(n, 1)
 	s.leaderID, s.serving = 1, true
+	n.shards = []*shard{s}
 	return s
 }
 
-func newConn() *connState { return &connState{t: fakeConn{}} }
+// newConn is a connection with the default limits, and counts and metrics
+// of its own (connTo's are its shard's node's).
+func newConn() *connState {
+	return newConnState(fakeConn{}, newAdmission(DefaultLimits(), slog.New(slog.DiscardHandler)), newNodeMetrics())
+}
+
+// connTo is a connection of s's node: its limits, counts and metrics.
+func connTo(s *shard) *connState { return newConnState(fakeConn{}, s.node.adm, s.node.metrics) }
 
 // answers returns (and forgets) what cs was sent.
 func answers(cs *connState) []string {
@@ -178,11 +194,7 @@ func TestAbandonedGrantHandedOn(t *testing.T) {
 	request(t, s, gone, "A k 10000 0")
 	request(t, s, next, "A k 10000 0")
 	p, cmds := take(t, s)
-	for _, w := range gone.close() {
-		s.mu.Lock()
-		s.abandon(w)
-		s.mu.Unlock()
-	}
+	s.node.closeConn(gone)
 	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
 	_, cmds = take(t, s)
 	if len(cmds) != 2 || cmds[0].Op != sm.OpRelease || cmds[0].Token != 1025 || cmds[1].Op != sm.OpGrant {
@@ -267,8 +279,8 @@ func TestTimedOutGrantReleasesDeferredAnswers(t *testing.T) {
 	if len(got) != 2 || !strings.HasPrefix(got[0], "A k ERR unavailable") || got[1] != "A k TIMEOUT" {
 		t.Fatalf("answers %q, want ERR unavailable then TIMEOUT", got)
 	}
-	if b, _ := take(t, s); !b.barrier {
-		t.Fatal("no barrier proposed after the timeout")
+	if b, _ := take(t, s); !b.fence {
+		t.Fatal("no fence proposed after the timeout")
 	}
 	lateGrantReleased(t, s, p, cmds, cs)
 }

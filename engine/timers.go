@@ -179,6 +179,9 @@ func (s *shard) leaseDue(ks *keyState, now int64) {
 // waitDue answers TIMEOUT to a waiter whose wait_ms ran out.
 func (s *shard) waitDue(w *waiter) {
 	ks := w.ks
+	if w.live() {
+		s.node.metrics.waitTimeouts.Inc()
+	}
 	switch w.state {
 	case waitQueued:
 		if s.hasEarlierLive(w) {

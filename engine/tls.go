@@ -17,7 +17,8 @@ import (
 // serveInput as a gnet event loop, and a writer goroutine, which writes
 // what the engine queued in the connState. Answers are queued exactly as for
 // a gnet connection, so neither a shard nor a reader ever waits for a slow
-// client.
+// client, and count against the same limits: what is queued and the write
+// under way are its unsent answers (connState.unlockAndWake, Write, unsent.go).
 
 // Timing of a TLS connection.
 const (
@@ -77,7 +78,10 @@ func (ts *tlsServer) accept() {
 			node: ts.node, raw: raw, conn: tls.Server(raw, ts.cfg),
 			kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		}
-		tc.cs = ts.node.openConn(tc)
+		if tc.cs = ts.node.openConn(tc); tc.cs == nil {
+			_ = raw.Close() // past MaxConns
+			continue
+		}
 		if !ts.add(tc) {
 			_ = raw.Close()
 			ts.node.closeConn(tc.cs)
@@ -137,10 +141,9 @@ type tlsConn struct {
 	conn *tls.Conn
 	cs   *connState
 
-	kick     chan struct{} // capacity 1: answers are queued for the writer
-	stop     chan struct{} // closed when the connection is over: the writer returns
-	finish   atomic.Bool   // the server closes the connection once its answers are written
-	overflew atomic.Bool   // cut off for not reading its answers (logged once)
+	kick   chan struct{} // capacity 1: answers are queued for the writer
+	stop   chan struct{} // closed when the connection is over: the writer returns
+	finish atomic.Bool   // the server closes the connection once its answers are written
 }
 
 // serve runs the connection: the handshake, then the reader here and the
@@ -241,7 +244,7 @@ func (tc *tlsConn) write() {
 		// in it. finishUp's kick comes after, so a flush that read false
 		// is followed by one that reads true.
 		last := tc.finish.Load()
-		if err := tc.cs.flush(tc.conn); err != nil {
+		if cut, err := tc.cs.flush(tc); cut || err != nil {
 			_ = tc.raw.Close() // the reader sees it and ends the connection
 			return
 		}
@@ -259,15 +262,33 @@ func (tc *tlsConn) wake() {
 	}
 }
 
-// overflow implements transport: closing the socket ends the writer's
-// blocked Write and the reader's Read, and the reader ends the connection.
-func (tc *tlsConn) overflow() {
-	if tc.overflew.Swap(true) {
-		return
+// Write is what the writer flushes to: the connection, with the bytes under
+// way counted as unsent (unsentLedger) until the client has taken them.
+func (tc *tlsConn) Write(p []byte) (int, error) {
+	unsent := tc.cs.adm.unsent
+	if limit, cut := unsent.settle(tc.cs, int64(len(p))); cut {
+		tc.cs.cut(limit)
+		return 0, errCutOff
 	}
-	tc.node.log.Warn("closing a connection that does not read its answers",
-		"remote", tc.remoteAddr(), "tls", true, "unsent_bytes_over", maxOutbound)
-	_ = tc.raw.Close()
+	n, err := tc.conn.Write(p)
+	unsent.settle(tc.cs, 0)
+	return n, err
+}
+
+// errCutOff is the error of a write that a limit cut off.
+var errCutOff = errors.New("cut off: the client does not take its answers")
+
+// cut implements transport: closing the socket ends the writer's blocked
+// Write and the reader's Read, and the reader ends the connection.
+func (tc *tlsConn) cut() { _ = tc.raw.Close() }
+
+// recheck implements transport. The ledger's count of a TLS connection is
+// exact (Write), so it is cut off here, off its writer, which may be
+// blocked on the client.
+func (tc *tlsConn) recheck() {
+	if tc.cs.adm.unsent.stillShedding(tc.cs) {
+		tc.cs.cut(limitUnsent)
+	}
 }
 
 // peerClosed implements transport. The poll runs inside Control, which

@@ -14,7 +14,7 @@ import (
 
 // These tests run the TLS listener in-process on a Node without Raft
 // (testNode): the transport's own work, the handshake, the reader and the
-// writer, closing, the cut-off of a client that does not read. What the
+// writer, closing, the limits of connections and of unsent answers. What the
 // node serves over TLS with Raft underneath is cmd/batond's end-to-end
 // security tests.
 
@@ -149,31 +149,94 @@ func TestTLSClientCertificate(t *testing.T) {
 	}
 }
 
-// TestTLSCutsOffNonReader: a client that stops reading is disconnected
-// once more than maxOutbound of answers wait for it, as on the plain port,
-// and its connection's state is closed.
+// TestTLSCutsOffNonReader: a client that stops reading is disconnected, as
+// on the plain port, once more than MaxUnsentPerConn of answers wait for it
+// (queued, and the write under way), or once the node holds more than
+// MaxUnsent of unsent answers and its write under way is the biggest; the
+// limit hit is logged and its connection's state is closed.
 func TestTLSCutsOffNonReader(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits Limits
+		limit  limitKind
+	}{
+		{"per connection", withLimits(func(l *Limits) { l.MaxUnsentPerConn = 1 << 20 }), limitUnsentPerConn},
+		{"on the node", withLimits(func(l *Limits) { l.MaxUnsentPerConn, l.MaxUnsent = 1<<30, 64<<10 }), limitUnsent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := limitedShard(t, tc.limits).node
+			ca := harness.NewCA(t, "ca")
+			ts := startTestTLS(t, n, ca, nil)
+			c := harness.DialTLS(t, ts.ln.Addr().String(), &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"})
+			c.Send("Q k")
+			c.Expect(t, "Q k FREE")
+			cs := waitConns(t, ts, 1)[0].cs
+
+			// Answers as the shards would queue them, far more than the
+			// socket buffers take: the writer blocks, and what waits grows
+			// past the limit.
+			text := []byte(strings.Repeat("x", 1000))
+			r := codec.Response{Op: 'Q', Key: []byte("k"), Status: codec.StatusErr, Code: []byte("internal"), Text: text}
+			for sent := 0; sent < 32<<20 && !cs.isClosed(); sent += len(text) {
+				cs.send(&r)
+			}
+			// The sweeper starts only now, most likely while the writer is
+			// blocked: it cuts the connection off from outside (recheck).
+			stop, swept := make(chan struct{}), make(chan struct{})
+			go func() { defer close(swept); n.adm.unsent.runSweeper(stop) }()
+			defer func() { close(stop); <-swept }()
+			waitConns(t, ts, 0)
+			if !cs.isClosed() {
+				t.Fatal("the connection ended but its state is not closed")
+			}
+			if limit, cut := cs.cutOffBy(); !cut || limit != tc.limit {
+				t.Errorf("cut off %v by limit %d, want limit %d", cut, limit, tc.limit)
+			}
+			if n.adm.hits.counts[tc.limit].Load() != 1 {
+				t.Errorf("%d hits of the limit logged, want 1", n.adm.hits.counts[tc.limit].Load())
+			}
+			if sum := n.adm.unsent.sum.Load(); sum != 0 {
+				t.Errorf("%d unsent bytes left in the ledger", sum)
+			}
+		})
+	}
+}
+
+// TestTLSConnLimitAndCounts: TLS connections count against MaxConns with
+// the others (one past it is closed at once) and in the connection series.
+func TestTLSConnLimitAndCounts(t *testing.T) {
+	n := limitedShard(t, withLimits(func(l *Limits) { l.MaxConns = 1 })).node
 	ca := harness.NewCA(t, "ca")
-	ts := startTestTLS(t, testNode(t, ""), ca, nil)
-	c := harness.DialTLS(t, ts.ln.Addr().String(), &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"})
+	ts := startTestTLS(t, n, ca, nil)
+	client := &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"}
+	c := harness.DialTLS(t, ts.ln.Addr().String(), client)
 	c.Send("Q k")
 	c.Expect(t, "Q k FREE")
-	cs := waitConns(t, ts, 1)[0].cs
+	if open, accepted := n.metrics.connsOpen.Load(), n.metrics.connsAccepted.Get(); open != 1 || accepted != 1 {
+		t.Fatalf("%d connections open, %d accepted; want 1 and 1", open, accepted)
+	}
 
-	// Answers as the shards would queue them, far more than the socket
-	// buffers take: the writer blocks, and what waits grows past the limit.
-	text := []byte(strings.Repeat("x", 1000))
-	r := codec.Response{Op: 'Q', Key: []byte("k"), Status: codec.StatusErr, Code: []byte("internal"), Text: text}
-	for range 2 * maxOutbound / len(text) {
-		if cs.isClosed() {
-			break
+	if conn, err := tls.Dial("tcp", ts.ln.Addr().String(), client); err == nil {
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = conn.Write([]byte("Q k\n"))
+		b, err := io.ReadAll(conn)
+		conn.Close()
+		if err == nil && len(b) > 0 {
+			t.Fatalf("a connection past MaxConns was served: %q", b)
 		}
-		cs.send(&r)
 	}
+	if n.adm.hits.counts[limitConns].Load() != 1 {
+		t.Errorf("%d refused connections logged, want 1", n.adm.hits.counts[limitConns].Load())
+	}
+	c.Send("Q k") // the first one is still served
+	c.Expect(t, "Q k FREE")
+
+	_ = c.Close()
 	waitConns(t, ts, 0)
-	if !cs.isClosed() {
-		t.Fatal("the connection ended but its state is not closed")
-	}
+	waitFor(t, "the connection counted out", func() bool { return n.adm.conns.Load() == 0 && n.metrics.connsOpen.Load() == 0 })
+	c = harness.DialTLS(t, ts.ln.Addr().String(), client) // room again
+	c.Send("Q k")
+	c.Expect(t, "Q k FREE")
 }
 
 // waitConns waits until ts has want connections past their handshake, and

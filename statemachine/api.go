@@ -32,15 +32,37 @@
 // Grant without an owner, or with another one, finds the key held as
 // before (GrantRejected).
 //
+// # The fence
+//
+// dragonboat forwards a proposal made on a follower to the leader, which
+// appends it like its own. So a node that lost its leadership without
+// knowing yet (it was paused, or cut off) can still get a batch into the
+// log, decided from a view that has gone stale: the release of a grant it
+// thinks nobody took, say, while the new leader has given that grant back
+// to its owner's retry. The table keeps such batches out. Each new leader
+// proposes a fence (an entry without commands whose header has Fence set)
+// before it serves, and the table remembers the fence's proposer; from then
+// on a batch of any other proposer is answered Fenced, every command of it,
+// and changes nothing, until the next fence. A node's batches therefore
+// take effect only between its own fence and the next one, and every one of
+// them was decided from a view that held every batch that took effect
+// before it: the node applied everything up to its fence, and after it
+// nobody else's batch took effect. The engine treats a Fenced batch of its
+// own as one Raft dropped, and a fence of another proposer as the end of its
+// leadership. The fence's proposer is part of the table's state (fence,
+// 0 before the first fence, when every batch applies), persisted in the
+// meta and carried in snapshots, so that every replica decides alike after
+// a restart or a snapshot recovery.
+//
 // # Encoding of an entry
 //
 // One Raft entry carries one Batch, little endian:
 //
 //	header (21 bytes, fixed so that Seal can patch it in place):
-//	  version  u8   (1, or 2 if a command is an owned Grant)
-//	  proposer u64
+//	  version  u8   (1, or 2 if a command is an owned Grant, or 3: a fence)
+//	  proposer u64  (not 0 in a fence)
 //	  seq      u64
-//	  count    u32  number of commands that follow
+//	  count    u32  number of commands that follow (0 in a fence)
 //	count times:
 //	  op       u8   wire op: OpGrant..OpExpire, or 5 (owned Grant,
 //	                version 2 only)
@@ -65,15 +87,24 @@
 // reads both, because a replica applies again, after a restart, the entries
 // its log kept from before the upgrade, and a leader not yet upgraded still
 // writes version 1. Varints must be minimal and lease_ms must fit in 32
-// bits; nothing may follow the last command. An entry with zero commands
-// is valid (version 1): the engine uses it as a barrier.
+// bits; nothing may follow the last command.
+//
+// Version 3 is a fence (see "The fence"): the header alone, with count 0
+// and a proposer other than 0 (the table's fence is 0 before the first
+// one); it decodes to a Header with Fence set. Seal writes version 3 if and
+// only if its Header has Fence set, and DecodeBatch rejects a version 3
+// entry with commands, so a fence too has one encoding. The barrier the
+// engine proposes before it serves is now the fence. A version 1 entry
+// with zero commands, the barrier of the release before the fence, is
+// still valid: it decodes to a Header without Fence and applies as an
+// entry without commands, which changes nothing and is not a fence.
 //
 // # Pebble layout
 //
 // All shards of a node share one pebble DB (see OpenDB):
 //
-//	't' shard(u32 BE) key  ->  token u64 LE, lease_ms u32 LE, owner   the lock table
-//	'm' shard(u32 BE)      ->  applied u64 LE, seq u64 LE             the shard's meta
+//	't' shard(u32 BE) key  ->  token u64 LE, lease_ms u32 LE, owner       the lock table
+//	'm' shard(u32 BE)      ->  applied u64 LE, seq u64 LE, fence u64 LE  the shard's meta
 //
 // A row's owner is the rest of its value, 0..MaxOwnerLen bytes (none: the
 // value is 12 bytes). That is also the row of a table written before owners
@@ -81,14 +112,21 @@
 // a binary from before owners refuses a row with one (a corrupt row) rather
 // than drop its owner.
 //
+// The meta's fence is the proposer of the latest fence applied (0: none).
+// Every checkpoint writes the meta with it (24 bytes); the meta of the
+// release before the fence is 16 bytes, without it, and Open reads that as
+// fence 0, so a data dir from before the fence opens as it is. A meta of
+// any other length is an error. A binary from before the fence refuses a
+// 24-byte meta ("meta is 24 bytes, want 16") and does not open the shard.
+//
 // The big-endian shard id keeps each shard's table one contiguous key range,
 // so a shard can be scanned or dropped (DeleteRange) on its own.
 //
 // Pebble holds a checkpoint of the table: the rows of the keys held at some
-// applied index, and the meta with that index and seq. Update applies to
-// the in-memory table only and remembers which keys changed; a checkpoint
-// writes those rows (deletes for the keys freed since) and the meta in ONE
-// pebble batch. Checkpoints are written at Sync, Close and PrepareSnapshot
+// applied index, and the meta with that index, seq and fence. Update
+// applies to the in-memory table only and remembers which keys changed; a
+// checkpoint writes those rows (deletes for the keys freed since) and the
+// meta in ONE pebble batch. Checkpoints are written at Sync, Close and PrepareSnapshot
 // (fsynced but the last), and by Update once 65,536 keys have changed or a
 // million commands have applied since the last one. The Raft log is the
 // durable record of everything after the checkpoint: dragonboat compacts
@@ -103,10 +141,12 @@
 //
 // # Snapshot stream
 //
-//	header:  magic "btsn", version u8 (1, or 2 if a lock has an owner),
-//	         shard u32 LE, applied u64 LE, seq u64 LE
+//	header:  magic "btsn", version u8 (3 if the table has a fence, else
+//	         2 if a lock has an owner, else 1), shard u32 LE,
+//	         applied u64 LE, seq u64 LE, then in version 3 only:
+//	         fence u64 LE (not 0)
 //	records: keylen uvarint (1..MaxKeyLen), key, token uvarint,
-//	         lease_ms uvarint, then in version 2 only: ownerlen uvarint
+//	         lease_ms uvarint, then in versions 2 and 3: ownerlen uvarint
 //	         (0..MaxOwnerLen, 0: no owner), owner; in key order
 //	trailer: 0x00 (a keylen no record has), record count u64 LE,
 //	         CRC-32C u32 LE of every byte before it
@@ -114,10 +154,29 @@
 // Version 1 is the stream from before owners. Like Seal, SaveSnapshot
 // writes version 2 only if a lock has an owner, and RecoverFromSnapshot
 // rejects a version 2 stream in which none has: one encoding per table,
-// and a node not yet upgraded (which rejects version 2) can recover from
-// an upgraded node's snapshot as long as no client names an owner. A
-// version 1 stream (from a node not yet upgraded, or one dragonboat kept
-// on disk) is read as locks without owners.
+// and a node of the release before owners (which rejects version 2) could
+// recover from a snapshot of the next as long as no client named an owner.
+// A version 1 stream (from an older node, or one dragonboat kept on disk)
+// is read as locks without owners.
+//
+// Version 3 is the stream of a table with a fence: SaveSnapshot writes it
+// if and only if the table's fence is not 0, whether or not a lock has an
+// owner (its records are version 2's, with no owner required), and
+// RecoverFromSnapshot rejects a version 3 stream whose fence is 0: one
+// encoding per table again. A table without a fence (a cluster in which no
+// leader has proposed one yet) is streamed exactly as before, in version 1
+// or 2. RecoverFromSnapshot takes the stream's fence (0 for versions 1 and
+// 2) as the table's and writes it to the meta.
+//
+// Mixing releases across the fence is not supported: a node of the
+// release before it rejects version 3 entries (it skips them, so it would
+// apply the batches a fence keeps out, and its table would part from the
+// others'), version 3 snapshot streams ("unknown version 3") and the
+// 24-byte meta its own data dir gets once it has run this release ("meta
+// is 24 bytes, want 16"). Upgrade a cluster to the fence by stopping every
+// node, upgrading all of them, and starting them again; a data dir and a
+// log of the release before open as they are (no fence: every batch
+// applies until the first fence).
 //
 // RecoverFromSnapshot reads and checks the whole stream before it touches
 // pebble, so a truncated or corrupt stream is an error that leaves the
@@ -187,6 +246,7 @@ const (
 	Expired       Code = 6 // Expire freed the key (token matched)
 	Noop          Code = 7 // Expire found no matching holder, or an unknown op
 	Regranted     Code = 8 // Grant found the key held by its owner (a retry); Result.Token is the holder's; nothing changed
+	Fenced        Code = 9 // the batch's proposer does not hold the fence: no command of the batch changed anything
 )
 
 // Result is the outcome of one command, in the order of the batch.
@@ -198,9 +258,16 @@ type Result struct {
 // Header identifies a batch's proposer, so that the proposing node can pair
 // an applied entry with the requests waiting for it. Proposer is random per
 // process start; Seq grows per proposal.
+//
+// Fence marks a fence: an entry without commands by which a new leader
+// claims the table (see "The fence" in the package doc). From a fence on,
+// the table applies only batches of the fence's Proposer; any other
+// proposer's batch is answered Fenced and changes nothing. A fence has no
+// commands and its Proposer is not 0 (Seal panics otherwise).
 type Header struct {
 	Proposer uint64
 	Seq      uint64
+	Fence    bool
 }
 
 // Lock is one held lock as the table stores it.
@@ -226,8 +293,10 @@ type Observer interface {
 	// (results[i] belongs to cmds[i]). It is called after the entry's
 	// changes are in the in-memory table (pebble gets them with the next
 	// checkpoint: see the package doc), once per decodable
-	// entry, including entries with zero commands; undecodable entries are
-	// not reported. Command.Key and Command.Owner alias the Raft entry.
+	// entry, including entries with zero commands (a fence among them,
+	// with h.Fence set) and batches the fence kept out (every result
+	// Fenced); undecodable entries are not reported. Command.Key and
+	// Command.Owner alias the Raft entry.
 	Applied(shardID uint64, index uint64, h Header, cmds []Command, results []Result)
 }
 

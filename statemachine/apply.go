@@ -25,6 +25,10 @@ type row struct {
 type table struct {
 	shard uint64
 	seq   uint64 // tokens issued so far; the next Grant issues seq+1
+	// fence is the proposer of the latest fence applied, 0 before the
+	// first (a fence's proposer is never 0): from a fence on, only that
+	// proposer's batches apply (see applyBatch).
+	fence uint64
 	slot  map[string]uint32
 	rows  []row
 	free  []uint32 // slots of rows released, reused before rows grows
@@ -53,6 +57,34 @@ func newTable(shard uint64, seq uint64, sizeHint int) *table {
 		rows:    make([]row, 0, sizeHint),
 		changed: make(map[string]bool),
 	}
+}
+
+// applyBatch applies one decoded entry, its header h and commands cmds,
+// and appends one result per command to results. It is where the fence is
+// decided (see "The fence" in the package doc), and must stay
+// deterministic like apply: its only inputs are the table and the entry.
+//
+//   - A fence (no commands: DecodeBatch guarantees it) makes its proposer
+//     the table's fence.
+//   - Once the table has a fence, a batch of any other proposer is answered
+//     Fenced, every command of it, and changes nothing: no row, no token
+//     counter, no changed set.
+//   - Any other batch applies command by command, as it did before fences
+//     existed (before the first fence, that is every batch).
+func (t *table) applyBatch(h Header, cmds []Command, results []Result) []Result {
+	switch {
+	case h.Fence:
+		t.fence = h.Proposer
+	case t.fence != 0 && h.Proposer != t.fence:
+		for range cmds {
+			results = append(results, Result{Code: Fenced})
+		}
+	default:
+		for i := range cmds {
+			results = append(results, t.apply(&cmds[i]))
+		}
+	}
+	return results
 }
 
 // apply executes one command. It is the whole of baton's lock semantics and

@@ -3,6 +3,7 @@ package statemachine
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -265,5 +266,82 @@ func TestChangedSinceCheckpoint(t *testing.T) {
 	want := map[string]bool{"extended": true, "released": true, "regranted": true, "fresh": false}
 	if !maps.Equal(tb.changed, want) {
 		t.Fatalf("changed = %v, want %v", tb.changed, want)
+	}
+}
+
+// TestApplyFence checks applyBatch's rule: before any fence every batch
+// applies; after a fence only its proposer's batches do, and any other
+// proposer's batch is answered Fenced, every command, with the table (rows,
+// owners, token counter, changed set) as it was; a later fence switches.
+func TestApplyFence(t *testing.T) {
+	const shard = 3
+	const a, b, c = 0xa, 0xb, 0xc
+	tok := func(seq uint64) uint64 { return seq<<ShardBits | shard }
+	fenceOf := func(p uint64) Header { return Header{Proposer: p, Fence: true} }
+	by := func(p uint64) Header { return Header{Proposer: p} }
+	fenced := func(n int) []Result { return slices.Repeat([]Result{{Code: Fenced}}, n) }
+	type step struct {
+		h     Header
+		cmds  []Command
+		want  []Result // nil: no commands
+		fence uint64   // the table's fence after the step
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"before any fence every batch applies", []step{
+			{by(a), []Command{grant("x", 1)}, []Result{{Granted, tok(1)}}, 0},
+			{by(b), []Command{grant("y", 2), release("x", 0)}, []Result{{Granted, tok(2)}, {Released, tok(1)}}, 0},
+			{by(0), []Command{grantBy("x", 3, "o")}, []Result{{Granted, tok(3)}}, 0},
+			{by(c), nil, nil, 0},
+		}},
+		{"a fence keeps other proposers out", []step{
+			{by(b), []Command{grantBy("x", 1, "o"), grant("y", 1)}, []Result{{Granted, tok(1)}, {Granted, tok(2)}}, 0},
+			{fenceOf(a), nil, nil, a},
+			// Every op of b, each of which would change the table.
+			{by(b), []Command{grant("z", 5), grantBy("x", 5, "o"), release("x", 0), extend("y", tok(2), 9), expire("y", tok(2))}, fenced(5), a},
+			{by(0), []Command{grant("z", 5)}, fenced(1), a},
+			{by(b), nil, nil, a},
+			// a's batches apply, and the token counter did not move for b.
+			{by(a), []Command{grant("z", 5), release("x", tok(1))}, []Result{{Granted, tok(3)}, {Released, tok(1)}}, a},
+		}},
+		{"a later fence switches", []step{
+			{fenceOf(a), nil, nil, a},
+			{by(a), []Command{grant("x", 1)}, []Result{{Granted, tok(1)}}, a},
+			{fenceOf(b), nil, nil, b},
+			{by(a), []Command{release("x", 0), grant("y", 1)}, fenced(2), b},
+			{by(b), []Command{grant("y", 1), release("x", 0)}, []Result{{Granted, tok(2)}, {Released, tok(1)}}, b},
+			// A proposer fencing again keeps the table its own.
+			{fenceOf(b), nil, nil, b},
+			{by(b), []Command{grant("x", 1)}, []Result{{Granted, tok(3)}}, b},
+			{fenceOf(a), nil, nil, a},
+			{by(b), []Command{release("x", 0)}, fenced(1), a},
+			{by(a), []Command{release("x", 0)}, []Result{{Released, tok(3)}}, a},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := newTable(shard, 0, 0)
+			for i, st := range tc.steps {
+				before, seq, changed := tableLocks(tb), tb.seq, maps.Clone(tb.changed)
+				got := tb.applyBatch(st.h, st.cmds, nil)
+				if !slices.Equal(got, st.want) {
+					t.Fatalf("step %d %+v: results %+v, want %+v", i, st.h, got, st.want)
+				}
+				if tb.fence != st.fence {
+					t.Fatalf("step %d: fence %x, want %x", i, tb.fence, st.fence)
+				}
+				checkOwners(t, tb)
+				if len(st.cmds) > 0 && st.want[0].Code != Fenced {
+					continue
+				}
+				// A fence, a batch without commands and a Fenced batch
+				// change no lock.
+				if now := tableLocks(tb); !maps.Equal(now, before) || tb.seq != seq || !maps.Equal(tb.changed, changed) {
+					t.Fatalf("step %d: table %v, seq %d, changed %v; was %v, %d, %v", i, now, tb.seq, tb.changed, before, seq, changed)
+				}
+			}
+		})
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/cockroachdb/pebble"
 )
 
 // The fixtures in testdata/ were written by the code before owners
@@ -17,6 +19,9 @@ import (
 //	v1-snapshot.bin  a snapshot stream of version 1 of shard 3
 //	v1-table/        a pebble data dir with shards 2 and 7, closed cleanly
 //	                 after checkpoints (one key released since the first)
+//
+// They are from before the fence too: the entry and the stream have no
+// fence, and the data dir's metas are the 16 bytes without one.
 //
 // Each test below lists the locks that code held when it wrote them.
 
@@ -109,8 +114,14 @@ func TestOpensVersion1DataDir(t *testing.T) {
 		}},
 	}
 	for _, tc := range tests {
+		if n := metaBytes(t, db, tc.shard); n != metaLenBeforeFence {
+			t.Fatalf("shard %d: the fixture's meta is %d bytes", tc.shard, n)
+		}
 		obs := newRecorder()
 		s, applied := openSM(t, db, obs, tc.shard)
+		if s.t.fence != 0 {
+			t.Fatalf("shard %d: opened with fence %x", tc.shard, s.t.fence)
+		}
 		if got := locks(s); applied != tc.applied || s.t.seq != tc.seq || !maps.Equal(got, tc.locks) {
 			t.Fatalf("shard %d: opened at %d, seq %d, with %v; want %d, %d, %v",
 				tc.shard, applied, s.t.seq, got, tc.applied, tc.seq, tc.locks)
@@ -125,15 +136,17 @@ func TestOpensVersion1DataDir(t *testing.T) {
 		}
 	}
 
-	// The upgraded node goes on from there: tokens continue, an old lock
-	// without owner is no owner's to regrant, a new one has its owner,
-	// and both kinds of row survive a checkpoint and a reopen.
+	// The upgraded node goes on from there: with no fence every batch
+	// applies, tokens continue, an old lock without owner is no owner's
+	// to regrant, a new one has its owner, and both kinds of row survive
+	// a checkpoint and a reopen, as does the first fence, in the meta's
+	// new layout.
 	s, _ := openSM(t, db, nil, 2)
-	update(t, s, entry(4,
+	update(t, s, entryBy(4, 0xb,
 		grantBy("orders/1", 1, "someone"),
 		grantBy("orders/5", 50000, "owner-5"),
 		grantBy("orders/5", 1, "owner-5"),
-	))
+	), fenceEntry(5, 0xf))
 	want := maps.Clone(tests[0].locks)
 	want["orders/5"] = lockState{6<<ShardBits | 2, 50000, "owner-5"}
 	if got := locks(s); !maps.Equal(got, want) || s.t.seq != 6 {
@@ -142,9 +155,24 @@ func TestOpensVersion1DataDir(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	if n := metaBytes(t, db, 2); n != metaLen {
+		t.Fatalf("the upgraded node wrote a %d-byte meta", n)
+	}
 	again, applied := openSM(t, db, nil, 2)
-	if got := locks(again); applied != 4 || !maps.Equal(got, want) {
-		t.Fatalf("reopened at %d with %v, want %v", applied, got, want)
+	if got := locks(again); applied != 5 || !maps.Equal(got, want) || again.t.fence != 0xf {
+		t.Fatalf("reopened at %d with %v, fence %x; want %v, fence f", applied, got, again.t.fence, want)
 	}
 	checkOwners(t, again.t)
+}
+
+// metaBytes is the length of shard's stored meta.
+func metaBytes(t *testing.T, db *pebble.DB, shard uint64) int {
+	t.Helper()
+	k := shardKey(metaPrefix, shard)
+	v, closer, err := db.Get(k[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer.Close()
+	return len(v)
 }

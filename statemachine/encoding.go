@@ -16,6 +16,13 @@ const (
 	// every replica rejects them alike.
 	encVersion         = 2
 	encVersionNoOwners = 1
+	// encVersionFence is the format of a fence: a header alone, count 0,
+	// with the fence's proposer (never 0: the table's fence is 0 before
+	// the first fence). It is a version of its own rather than a flag in
+	// a version 1 header so that each entry keeps one encoding and an
+	// empty version 1 entry stays what it always was, an entry without
+	// commands that changes nothing.
+	encVersionFence = 3
 	// opGrantOwned is the wire op of a Grant with an owner (version 2
 	// only); it decodes to OpGrant with Owner set. A Grant without an owner
 	// is wire op OpGrant, encoded alike in both versions.
@@ -53,6 +60,9 @@ var (
 	errOwnerV1  error = decodeError("owned grant in a version 1 entry")
 	errNoOwner  error = decodeError("version 2 entry without an owned grant")
 	errTrailing error = decodeError("bytes after the last command")
+	// A fence is a header alone (count 0) with a proposer that is not 0.
+	errFenceCmds     error = decodeError("fence with commands")
+	errFenceProposer error = decodeError("fence of proposer 0")
 )
 
 // Batch builds one Raft entry from many commands. The zero value is ready.
@@ -118,26 +128,42 @@ func (b *Batch) Size() int { return max(len(b.buf), headerLen) }
 // Seal writes h into the batch and returns the encoded entry. The bytes
 // stay valid until the next Reset.
 //
-// The entry is in version 1 of the encoding, the one from before owners,
-// unless a Grant in the batch has an owner; then it is in version 2. The
-// commands are encoded the same in both (an owned Grant has a wire op of its
-// own, which only version 2 has), so Seal only picks the header's version
-// byte, from a flag Append keeps, and each batch still has exactly one
-// encoding.
+// With h.Fence the entry is a fence, version 3 of the encoding: Seal
+// panics if the batch has commands or h.Proposer is 0, because every
+// replica would reject such an entry (a bug in the caller, as with
+// Append's panics). Otherwise the entry is in version 1 of the encoding,
+// the one from before owners, unless a Grant in the batch has an owner;
+// then it is in version 2. The commands are encoded the same in both (an
+// owned Grant has a wire op of its own, which only version 2 has), so Seal
+// only picks the header's version byte, from h.Fence and a flag Append
+// keeps, and each batch still has exactly one encoding.
 //
 // A replica from before owners rejects version 2 and, like every replica
 // with an entry it cannot decode, skips it. So while a replica still runs
 // the release before owners, no Grant with an owner may be proposed, or the
 // tables would part; every other batch is version 1, which such a replica
-// applies as it always did, so a rolling upgrade is safe as long as no
-// client names an owner before it is done.
+// applies as it always did, so a rolling upgrade from that release is safe
+// as long as no client names an owner before it is done. A replica from
+// before the fence skips version 3 the same way, and then applies the
+// batches the fence keeps out: no rolling upgrade crosses the fence (see
+// the package doc).
 func (b *Batch) Seal(h Header) []byte {
+	if h.Fence && b.n > 0 {
+		panic("statemachine: Batch.Seal: a fence with commands")
+	}
+	if h.Fence && h.Proposer == 0 {
+		panic("statemachine: Batch.Seal: a fence of proposer 0")
+	}
 	if len(b.buf) < headerLen {
 		b.buf = append(b.buf[:0], make([]byte, headerLen)...)
 	}
-	b.buf[0] = encVersionNoOwners
-	if b.owned {
+	switch {
+	case h.Fence:
+		b.buf[0] = encVersionFence
+	case b.owned:
 		b.buf[0] = encVersion
+	default:
+		b.buf[0] = encVersionNoOwners
 	}
 	binary.LittleEndian.PutUint64(b.buf[1:], h.Proposer)
 	binary.LittleEndian.PutUint64(b.buf[9:], h.Seq)
@@ -152,17 +178,20 @@ func (b *Batch) Reset() {
 	b.owned = false
 }
 
-// DecodeBatch decodes an entry of either version (see the package doc) into
+// DecodeBatch decodes an entry of any version (see the package doc) into
 // its header and commands, appending the commands to cmds (keys and owners
-// alias data). A malformed entry is an error.
+// alias data). A fence (version 3) decodes to a Header with Fence set and
+// no commands; versions 1 and 2 to one with Fence unset. A malformed entry
+// is an error.
 //
 // Every field is checked (version, ops, key lengths 1..MaxKeyLen, owner
 // lengths 1..MaxOwnerLen, minimal varints, lease_ms within 32 bits, the
 // count, no trailing bytes, an owned Grant in a version 2 entry and none in
-// a version 1 entry), so that a valid entry re-encodes (Append, Seal) to
-// exactly the same bytes. On error cmds is returned at its
-// original length and the error matches ErrMalformed. DecodeBatch never
-// panics and allocates only to grow cmds.
+// a version 1 entry, no commands and a proposer other than 0 in a fence),
+// so that a valid entry re-encodes (Append, Seal) to exactly the same
+// bytes. On error cmds is returned at its original length and the error
+// matches ErrMalformed. DecodeBatch never panics and allocates only to
+// grow cmds.
 func DecodeBatch(data []byte, cmds []Command) (Header, []Command, error) {
 	base := len(cmds)
 	h, cmds, err := decode(data, cmds)
@@ -179,14 +208,21 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 		return fail(errShort)
 	}
 	version := data[0]
-	if version != encVersion && version != encVersionNoOwners {
+	if version < encVersionNoOwners || version > encVersionFence {
 		return fail(errVersion)
 	}
 	h := Header{
 		Proposer: binary.LittleEndian.Uint64(data[1:]),
 		Seq:      binary.LittleEndian.Uint64(data[9:]),
+		Fence:    version == encVersionFence,
 	}
 	n := binary.LittleEndian.Uint32(data[17:])
+	if h.Fence && n != 0 {
+		return fail(errFenceCmds)
+	}
+	if h.Fence && h.Proposer == 0 {
+		return fail(errFenceProposer)
+	}
 	p := data[headerLen:]
 	if uint64(n) > uint64(len(p)/minCmdLen) {
 		return fail(errCount)

@@ -35,7 +35,9 @@ func TestBatchRoundTrip(t *testing.T) {
 		h    Header
 		cmds []Command
 	}{
-		{"barrier", Header{Proposer: 1, Seq: 2}, nil},
+		{"no commands, not a fence", Header{Proposer: 1, Seq: 2}, nil},
+		{"fence", Header{Proposer: 1, Seq: 2, Fence: true}, nil},
+		{"fence of the largest proposer", Header{Proposer: math.MaxUint64, Seq: math.MaxUint64, Fence: true}, nil},
 		{"grant", Header{Proposer: math.MaxUint64, Seq: 1}, []Command{grant("a", 1000)}},
 		{"grant with owner", Header{}, []Command{grantBy("a", 1000, "client-7f3a")}},
 		{"grant with empty owner", Header{}, []Command{{Op: OpGrant, Key: []byte("a"), LeaseMs: 1, Owner: []byte{}}}},
@@ -73,7 +75,7 @@ func TestBatchRoundTrip(t *testing.T) {
 			if b.Size() != len(data) {
 				t.Fatalf("Size = %d, Seal gave %d bytes", b.Size(), len(data))
 			}
-			if v := wantVersion(tc.cmds); data[0] != v {
+			if v := wantVersion(tc.h, tc.cmds); data[0] != v {
 				t.Fatalf("Seal wrote version %d, want %d", data[0], v)
 			} else if oracle := encodeVersion(v, tc.h, tc.cmds...); !bytes.Equal(data, oracle) {
 				t.Fatalf("Seal wrote\n%x\nwant\n%x", data, oracle)
@@ -100,9 +102,12 @@ func TestBatchRoundTrip(t *testing.T) {
 	}
 }
 
-// wantVersion is the version Seal must write for cmds: 2 if and only if a
-// Grant has an owner.
-func wantVersion(cmds []Command) byte {
+// wantVersion is the version Seal must write for h and cmds: 3 if and only
+// if h is a fence, else 2 if and only if a Grant has an owner.
+func wantVersion(h Header, cmds []Command) byte {
+	if h.Fence {
+		return encVersionFence
+	}
 	for _, c := range cmds {
 		if c.Op == OpGrant && len(c.Owner) > 0 {
 			return encVersion
@@ -121,17 +126,20 @@ func TestBatchLayout(t *testing.T) {
 		}
 	}
 	tests := []struct {
-		name string
-		cmds []Command
-		want []byte
+		name  string
+		fence bool
+		cmds  []Command
+		want  []byte
 	}{
-		{"without owners: version 1", []Command{extend("ab", 300, 5), grant("c", 200), grant("d", 1)}, bytes.Join([][]byte{
+		{"fence: version 3", true, nil, hdr(3, 0)},
+		{"no commands: version 1", false, nil, hdr(1, 0)},
+		{"without owners: version 1", false, []Command{extend("ab", 300, 5), grant("c", 200), grant("d", 1)}, bytes.Join([][]byte{
 			hdr(1, 3),
 			{3, 2, 'a', 'b', 0xac, 0x02, 5}, // extend, keylen, key, token 300, lease 5
 			{1, 1, 'c', 0xc8, 0x01},         // grant, keylen, key, lease 200
 			{1, 1, 'd', 1},                  // grant, keylen, key, lease 1
 		}, nil)},
-		{"with an owner: version 2", []Command{extend("ab", 300, 5), grantBy("c", 200, "me"), grant("d", 1)}, bytes.Join([][]byte{
+		{"with an owner: version 2", false, []Command{extend("ab", 300, 5), grantBy("c", 200, "me"), grant("d", 1)}, bytes.Join([][]byte{
 			hdr(2, 3),
 			{3, 2, 'a', 'b', 0xac, 0x02, 5},      // extend, keylen, key, token 300, lease 5
 			{5, 1, 'c', 0xc8, 0x01, 2, 'm', 'e'}, // owned grant, keylen, key, lease 200, ownerlen, owner
@@ -144,7 +152,7 @@ func TestBatchLayout(t *testing.T) {
 			for _, c := range tc.cmds {
 				b.Append(c)
 			}
-			if got := b.Seal(Header{Proposer: 0x0102, Seq: 3}); !bytes.Equal(got, tc.want) {
+			if got := b.Seal(Header{Proposer: 0x0102, Seq: 3, Fence: tc.fence}); !bytes.Equal(got, tc.want) {
 				t.Fatalf("got  %x\nwant %x", got, tc.want)
 			}
 		})
@@ -167,8 +175,8 @@ var (
 
 // TestSealVersion checks that a batch without an owned Grant is sealed in
 // version 1, byte for byte what the code before owners wrote (the fixture,
-// or encodeV1), so that a replica not yet upgraded applies it, and that a
-// batch with one is version 2.
+// or encodeV1), so that a replica not yet upgraded applies it, that a
+// batch with one is version 2, and that a fence is version 3.
 func TestSealVersion(t *testing.T) {
 	fixture, err := os.ReadFile("testdata/v1-batch.bin")
 	if err != nil {
@@ -194,6 +202,7 @@ func TestSealVersion(t *testing.T) {
 		{"one owned grant", Header{Seq: 3}, []Command{grantBy("a", 1, "o")}, 2, nil},
 		{"owned grant last", Header{}, []Command{grant("a", 1), release("a", 0), grantBy("b", 2, long)}, 2, nil},
 		{"owned grant first", Header{}, []Command{grantBy("a", 1, "me"), grant("b", 2), extend("a", 7, 3)}, 2, nil},
+		{"fence", Header{Proposer: 1, Seq: 4, Fence: true}, nil, 3, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -230,9 +239,41 @@ func TestSealVersion(t *testing.T) {
 		t.Fatalf("owned batch sealed as version %d", v)
 	}
 	b.Reset()
+	fence := Header{Proposer: 1, Fence: true}
+	if got := b.Seal(fence); !bytes.Equal(got, encodeVersion(encVersionFence, fence)) {
+		t.Fatalf("after Reset, a fence sealed as %x", got)
+	}
 	b.Append(grant("a", 1))
 	if got := b.Seal(Header{}); !bytes.Equal(got, encodeV1(Header{}, grant("a", 1))) {
 		t.Fatalf("after Reset, an ownerless batch sealed as %x", got)
+	}
+}
+
+// TestSealPanicsOnInvalidFence: a fence with commands, or of proposer 0
+// (the table's "no fence"), is a caller's bug every replica would reject.
+func TestSealPanicsOnInvalidFence(t *testing.T) {
+	tests := []struct {
+		name string
+		h    Header
+		cmds []Command
+	}{
+		{"with a command", Header{Proposer: 1, Fence: true}, []Command{release("a", 0)}},
+		{"with an owned grant", Header{Proposer: 1, Fence: true}, []Command{grantBy("a", 1, "o")}},
+		{"of proposer 0", Header{Seq: 1, Fence: true}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Seal(%+v) with %d commands did not panic", tc.h, len(tc.cmds))
+				}
+			}()
+			var b Batch
+			for _, c := range tc.cmds {
+				b.Append(c)
+			}
+			b.Seal(tc.h)
+		})
 	}
 }
 
@@ -339,6 +380,12 @@ func TestDecodeBatchErrors(t *testing.T) {
 	}
 	hdr1 := func(n uint32) []byte { return hdrV(encVersionNoOwners, n) }
 	hdr2 := func(n uint32) []byte { return hdrV(encVersion, n) }
+	// hdr3 is a fence's header with proposer 1 and count n.
+	hdr3 := func(n uint32) []byte {
+		h := hdrV(encVersionFence, n)
+		h[1] = 1
+		return h
+	}
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	valid := encode(Header{}, grant("k", 1))
 	ownerless := encode(Header{Seq: 5}, grant("a", 1), release("a", 0), extend("b", 1025, 5), expire("c", 2049))
@@ -352,7 +399,18 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"empty", nil, errShort},
 		{"short header", valid[:headerLen-1], errShort},
 		{"version 0", cat([]byte{0}, valid[1:]), errVersion},
-		{"version 3", cat([]byte{3}, valid[1:]), errVersion},
+		{"version 4", cat([]byte{4}, valid[1:]), errVersion},
+		{"version 255", cat([]byte{255}, valid[1:]), errVersion},
+
+		// A fence is a header alone, with a proposer.
+		{"fence with a command", cat(hdr3(1), []byte{1, 1, 'k', 1}), errFenceCmds},
+		{"fence with a huge count", cat(hdr3(math.MaxUint32), bytes.Repeat([]byte{1}, 64)), errFenceCmds},
+		{"version 3 of a batch", cat([]byte{encVersionFence}, valid[1:]), errFenceCmds},
+		{"version 3 of an owned batch", cat([]byte{encVersionFence}, owned[1:]), errFenceCmds},
+		{"fence with trailing bytes", cat(hdr3(0), []byte{1, 1, 'k', 1}), errTrailing},
+		{"fence with a trailing byte", cat(hdr3(0), []byte{0}), errTrailing},
+		{"fence of proposer 0", hdrV(encVersionFence, 0), errFenceProposer},
+		{"short fence", hdr3(0)[:headerLen-1], errShort},
 
 		// One encoding per batch: version 2 if and only if a Grant has
 		// an owner, and an owner only in an owned Grant (op 5).
@@ -444,9 +502,10 @@ func decodeAll(t *testing.T, data []byte, cmds []Command) ([]Command, error) {
 
 // FuzzDecodeBatch checks that DecodeBatch never panics, and that whatever it
 // accepts is the one encoding of its commands: Append and Seal give the
-// very same bytes (so the version is 2 exactly when a Grant has an owner),
-// version 1 is also what the code before owners wrote (encodeV1), and it
-// decodes again to the same commands.
+// very same bytes (so the version is 2 exactly when a Grant has an owner,
+// 3 exactly for a fence, which has no commands and a proposer), version 1
+// is also what the code before owners wrote (encodeV1), and it decodes
+// again to the same commands.
 func FuzzDecodeBatch(f *testing.F) {
 	if v1, err := os.ReadFile("testdata/v1-batch.bin"); err != nil {
 		f.Fatal(err)
@@ -468,6 +527,13 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(bytes.Join([][]byte{encodeV2(Header{}, grant("a", 1))[:headerLen], {1, 1, 'b', 1, 0}}, nil))
 	f.Add([]byte{1, 0, 0})
 	f.Add([]byte{2, 0, 0})
+	// Fences, and what a fence must not be: with commands, of proposer 0,
+	// with bytes after the header.
+	f.Add(encode(Header{Proposer: 3, Seq: 9, Fence: true}))
+	f.Add(encodeVersion(encVersionFence, Header{Proposer: 3}, grant("a", 1)))
+	f.Add(encodeVersion(encVersionFence, Header{Seq: 1}))
+	f.Add(bytes.Join([][]byte{encode(Header{Proposer: 3, Fence: true}), {0}}, nil))
+	f.Add([]byte{3, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, cmds, err := DecodeBatch(data, nil)
 		if err != nil {
@@ -485,6 +551,9 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 		if owned != (data[0] == encVersion) {
 			t.Fatalf("version %d entry, owners: %v", data[0], owned)
+		}
+		if h.Fence != (data[0] == encVersionFence) || h.Fence && (len(cmds) != 0 || h.Proposer == 0) {
+			t.Fatalf("version %d entry decoded to %+v with %d commands", data[0], h, len(cmds))
 		}
 		again := encode(h, cmds...)
 		if !bytes.Equal(again, data) {

@@ -121,16 +121,32 @@ func encodeVersion(version byte, h Header, cmds ...Command) []byte {
 	return buf
 }
 
-// encodeSnapshot writes a snapshot stream of the given version (1: no
-// owners, which are dropped) by hand, as an oracle for readSnapshot: the
-// locks are written in key order, whatever order they come in.
+// encodeSnapshot writes a snapshot stream of version 1 (no owners, which
+// are dropped) or 2 by hand, as an oracle for readSnapshot: the locks are
+// written in key order, whatever order they come in.
 func encodeSnapshot(version byte, shard, applied, seq uint64, locks []Lock) []byte {
+	return encodeStream(version, shard, meta{applied: applied, seq: seq}, locks)
+}
+
+// encodeSnapshotV3 is encodeSnapshot for version 3, the stream of a table
+// with a fence (any fence, so that it can build streams readSnapshot must
+// reject).
+func encodeSnapshotV3(shard, applied, seq, fence uint64, locks []Lock) []byte {
+	return encodeStream(snapVersionFence, shard, meta{applied: applied, seq: seq, fence: fence}, locks)
+}
+
+// encodeStream writes a stream of any version: m's fence only in version
+// 3 (and dropped otherwise), owner lengths from version 2 on.
+func encodeStream(version byte, shard uint64, m meta, locks []Lock) []byte {
 	locks = slices.Clone(locks)
 	slices.SortFunc(locks, func(a, b Lock) int { return bytes.Compare(a.Key, b.Key) })
 	buf := append([]byte(snapMagic), version)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(shard))
-	buf = binary.LittleEndian.AppendUint64(buf, applied)
-	buf = binary.LittleEndian.AppendUint64(buf, seq)
+	buf = binary.LittleEndian.AppendUint64(buf, m.applied)
+	buf = binary.LittleEndian.AppendUint64(buf, m.seq)
+	if version >= 3 {
+		buf = binary.LittleEndian.AppendUint64(buf, m.fence)
+	}
 	for _, l := range locks {
 		buf = binary.AppendUvarint(buf, uint64(len(l.Key)))
 		buf = append(buf, l.Key...)
@@ -146,8 +162,19 @@ func encodeSnapshot(version byte, shard, applied, seq uint64, locks []Lock) []by
 	return binary.LittleEndian.AppendUint32(buf, crc32.Checksum(buf, crcTable))
 }
 
+// entry is a batch of proposer 7 at index, its seq the index.
 func entry(index uint64, cmds ...Command) sm.Entry {
-	return sm.Entry{Index: index, Cmd: encode(Header{Proposer: 7, Seq: index}, cmds...)}
+	return entryBy(index, 7, cmds...)
+}
+
+// entryBy is entry for another proposer.
+func entryBy(index, proposer uint64, cmds ...Command) sm.Entry {
+	return sm.Entry{Index: index, Cmd: encode(Header{Proposer: proposer, Seq: index}, cmds...)}
+}
+
+// fenceEntry is proposer's fence at index, its seq the index.
+func fenceEntry(index, proposer uint64) sm.Entry {
+	return sm.Entry{Index: index, Cmd: encode(Header{Proposer: proposer, Seq: index, Fence: true})}
 }
 
 // update applies ents (cloned, so that callers can reuse them) and returns
@@ -197,7 +224,7 @@ func (r *recorder) Reset(shard uint64, each func(fn func(Lock))) {
 
 func (r *recorder) Applied(shard, index uint64, h Header, cmds []Command, results []Result) {
 	a := applied{shard: shard, index: index, h: h}
-	if len(results) > 0 { // nil for a barrier, to compare easily
+	if len(results) > 0 { // nil for an entry without commands, to compare easily
 		a.results = slices.Clone(results)
 	}
 	for _, c := range cmds {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -35,11 +37,21 @@ func freeAddr(t *testing.T) string {
 // dbDir and waits until the replica leads. A restart may pass nil members.
 func startNode(t *testing.T, dir, addr string, members map[uint64]string, shard uint64, obs Observer, dbDir string) (*dragonboat.NodeHost, func()) {
 	t.Helper()
+	nh, stop := startReplica(t, dir, addr, 1, 1, members, shard, obs, dbDir)
+	waitForLeader(t, shard, 1, nh)
+	return nh, stop
+}
+
+// startReplica starts a NodeHost with replica replicaID of shard over the
+// pebble DB in dbDir, without waiting for anything. rtt is the NodeHost's
+// RTTMillisecond.
+func startReplica(t *testing.T, dir, addr string, rtt, replicaID uint64, members map[uint64]string, shard uint64, obs Observer, dbDir string) (*dragonboat.NodeHost, func()) {
+	t.Helper()
 	db := openTestDB(t, dbDir)
 	nh, err := dragonboat.NewNodeHost(config.NodeHostConfig{
 		NodeHostDir:    filepath.Join(dir, "nh"),
 		WALDir:         filepath.Join(dir, "wal"),
-		RTTMillisecond: 1,
+		RTTMillisecond: rtt,
 		RaftAddress:    addr,
 	})
 	if err != nil {
@@ -47,7 +59,7 @@ func startNode(t *testing.T, dir, addr string, members map[uint64]string, shard 
 	}
 	cfg := config.Config{
 		ShardID:         shard,
-		ReplicaID:       1,
+		ReplicaID:       replicaID,
 		ElectionRTT:     10,
 		HeartbeatRTT:    1,
 		CheckQuorum:     true,
@@ -56,21 +68,37 @@ func startNode(t *testing.T, dir, addr string, members map[uint64]string, shard 
 	if err := nh.StartOnDiskReplica(members, false, Factory(db, obs), cfg); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if id, _, ok, err := nh.GetLeaderID(shard); err == nil && ok && id == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 	return nh, func() {
 		nh.Close()
 		if err := db.Close(); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// waitForLeader waits until every NodeHost of nhs knows the same leader of
+// shard, which must be want unless want is 0, and returns it.
+func waitForLeader(t *testing.T, shard, want uint64, nhs ...*dragonboat.NodeHost) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var leader uint64
+		agreed := true
+		for _, nh := range nhs {
+			id, _, ok, err := nh.GetLeaderID(shard)
+			if err != nil || !ok || (leader != 0 && id != leader) {
+				agreed = false
+				break
+			}
+			leader = id
+		}
+		if agreed && (want == 0 || leader == want) {
+			return leader
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -236,5 +264,157 @@ func TestSnapshotThroughDragonboat(t *testing.T) {
 	calls := obs.calls()
 	if got := calls[len(calls)-1].results[0]; got != (Result{Granted, 301<<ShardBits | shard}) {
 		t.Fatalf("grant after import: %+v", got)
+	}
+}
+
+// TestFenceThroughAFollower runs the mechanism the fence exists for: a
+// batch proposed through a follower's NodeHost, which dragonboat forwards
+// to the leader, is appended like the leader's own, so only the fence can
+// keep out the batch of a proposer that no longer holds it. After
+// proposer a's fence, a batch of b through the follower is answered
+// Fenced (on the follower, whose proposal it is, and on every replica:
+// the key stays free), and one of a through the same follower applies;
+// after b's fence, proposed through the follower too, it is the other way
+// round.
+func TestFenceThroughAFollower(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts dragonboat")
+	}
+	const shard, replicas = 13, 3
+	const a, b = 0xa1, 0xb2
+	members := map[uint64]string{}
+	for id := uint64(1); id <= replicas; id++ {
+		members[id] = freeAddr(t)
+	}
+	nhs := make([]*dragonboat.NodeHost, replicas+1) // by replica id
+	obs := make([]*recorder, replicas+1)
+	for id := uint64(1); id <= replicas; id++ {
+		obs[id] = newRecorder()
+		// A 5 ms RTT: the machine may be busy, and a spurious election
+		// would make the follower the leader.
+		nh, stop := startReplica(t, t.TempDir(), members[id], 5, id, members, shard, obs[id], t.TempDir())
+		defer stop()
+		nhs[id] = nh
+	}
+	leader := waitForLeader(t, shard, 0, nhs[1:]...)
+	follower := leader%replicas + 1
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// retry calls request until it succeeds, with a timeout of its own
+	// each time: dragonboat may drop a request (while the connections
+	// between the nodes come up, say) and report it only as a timeout.
+	retry := func(what string, request func(context.Context) error) {
+		t.Helper()
+		for {
+			rctx, rcancel := context.WithTimeout(ctx, time.Second)
+			err := request(rctx)
+			rcancel()
+			if err == nil {
+				return
+			}
+			if !dragonboat.IsTempError(err) || ctx.Err() != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			t.Logf("%s: %v; again", what, err)
+		}
+	}
+	// propose proposes h's batch through replica id's NodeHost until it
+	// is applied there, and returns the results of its first application
+	// (a retried proposal may apply twice).
+	propose := func(id uint64, h Header, cmds ...Command) []Result {
+		t.Helper()
+		var batch Batch
+		for _, c := range cmds {
+			batch.Append(c)
+		}
+		data := batch.Seal(h)
+		retry(fmt.Sprintf("propose %+v through replica %d", h, id), func(ctx context.Context) error {
+			_, err := nhs[id].SyncPropose(ctx, nhs[id].GetNoOPSession(shard), data)
+			return err
+		})
+		for _, c := range obs[id].calls() {
+			if c.h == h {
+				return c.results
+			}
+		}
+		t.Fatalf("replica %d applied %+v, its observer was not told", id, h)
+		return nil
+	}
+	// heldOn waits until every replica has applied h's entry, then reads
+	// key from each replica's table: a local read once the observer was
+	// told, rather than a SyncRead, which dragonboat drops now and then.
+	heldOn := func(h Header, key string) []bool {
+		t.Helper()
+		var out []bool
+		for id := uint64(1); id <= replicas; id++ {
+			for !slices.ContainsFunc(obs[id].calls(), func(c applied) bool { return c.h == h }) {
+				if ctx.Err() != nil {
+					t.Fatalf("replica %d never applied %+v", id, h)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			r, err := nhs[id].StaleRead(shard, LookupKey(key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, r.(LookupResult).Held)
+		}
+		return out
+	}
+	all := func(v bool) []bool { return []bool{v, v, v} }
+	tok := func(seq uint64) uint64 { return seq<<ShardBits | shard }
+	fenced := []Result{{Code: Fenced}}
+
+	steps := []struct {
+		name    string
+		through uint64
+		h       Header
+		cmds    []Command
+		want    []Result
+		key     string // read on every replica after the step ("": none)
+		held    bool   // what every replica must find
+	}{
+		{"a's fence, through the leader", leader, Header{Proposer: a, Seq: 1, Fence: true}, nil, nil, "", false},
+		{"b's grant is fenced", follower, Header{Proposer: b, Seq: 1}, []Command{grant("stale", 1000)}, fenced, "stale", false},
+		{"a's grant applies", follower, Header{Proposer: a, Seq: 2}, []Command{grant("fresh", 1000)}, []Result{{Granted, tok(1)}}, "fresh", true},
+		{"b's release is fenced", follower, Header{Proposer: b, Seq: 2}, []Command{release("fresh", 0)}, fenced, "fresh", true},
+		{"b's fence, through the follower", follower, Header{Proposer: b, Seq: 3, Fence: true}, nil, nil, "", false},
+		{"a's release is fenced", follower, Header{Proposer: a, Seq: 3}, []Command{release("fresh", 0)}, fenced, "fresh", true},
+		{"b's release applies", follower, Header{Proposer: b, Seq: 4}, []Command{release("fresh", 0)}, []Result{{Released, tok(1)}}, "fresh", false},
+	}
+	for _, st := range steps {
+		if got := propose(st.through, st.h, st.cmds...); !slices.Equal(got, st.want) {
+			t.Fatalf("%s: results %+v, want %+v", st.name, got, st.want)
+		}
+		if st.key != "" {
+			if got := heldOn(st.h, st.key); !slices.Equal(got, all(st.held)) {
+				t.Fatalf("%s: %q held on the replicas: %v", st.name, st.key, got)
+			}
+		}
+	}
+	// Every replica was told the same of every step, up to the last
+	// step's first entry, which heldOn waited for on each (a retried
+	// proposal may apply again after it).
+	last := steps[len(steps)-1].h
+	ours := func(id uint64) (out []applied) {
+		for _, c := range obs[id].calls() {
+			if c.h.Proposer == a || c.h.Proposer == b {
+				out = append(out, c)
+			}
+			if c.h == last {
+				break
+			}
+		}
+		return out
+	}
+	for id := uint64(2); id <= replicas; id++ {
+		if !reflect.DeepEqual(ours(id), ours(1)) {
+			t.Fatalf("replicas 1 and %d were told different things:\n%+v\n%+v", id, ours(1), ours(id))
+		}
+	}
+	if now := waitForLeader(t, shard, 0, nhs[1:]...); now != leader {
+		// Still a valid run, but not of a follower's proposals throughout.
+		t.Logf("leadership moved from replica %d to %d during the test", leader, now)
 	}
 }

@@ -15,7 +15,10 @@ const (
 	metaPrefix  = 'm'
 	prefixLen   = 1 + 4
 	rowLen      = 8 + 4 // a row's value without its owner, which follows
-	metaLen     = 8 + 8
+	metaLen     = 8 + 8 + 8
+	// metaLenBeforeFence is the meta of the release before the fence
+	// (applied, seq), which Open reads as fence 0.
+	metaLenBeforeFence = 8 + 8
 	// stopEvery is how many rows Open, SaveSnapshot and RecoverFromSnapshot
 	// handle between looks at their stop channel: often enough to stop a
 	// big table promptly, rarely enough to cost nothing.
@@ -136,10 +139,35 @@ func shardKey(prefix byte, shard uint64) (k [prefixLen]byte) {
 	return k
 }
 
-func encodeMeta(applied, seq uint64) (v [metaLen]byte) {
-	binary.LittleEndian.PutUint64(v[0:], applied)
-	binary.LittleEndian.PutUint64(v[8:], seq)
+// meta is what a shard's checkpoint holds besides its rows: the applied
+// index, the token counter and the fence (see the package doc's layout).
+type meta struct {
+	applied, seq, fence uint64
+}
+
+// meta is the table's meta at the applied index.
+func (t *table) meta(applied uint64) meta {
+	return meta{applied: applied, seq: t.seq, fence: t.fence}
+}
+
+func (m meta) encode() (v [metaLen]byte) {
+	binary.LittleEndian.PutUint64(v[0:], m.applied)
+	binary.LittleEndian.PutUint64(v[8:], m.seq)
+	binary.LittleEndian.PutUint64(v[16:], m.fence)
 	return v
+}
+
+// decodeMeta reads a stored meta of either length: a meta written before
+// the fence existed has none, which is fence 0 (every batch applies).
+func decodeMeta(v []byte) (meta, bool) {
+	if len(v) != metaLen && len(v) != metaLenBeforeFence {
+		return meta{}, false
+	}
+	m := meta{applied: binary.LittleEndian.Uint64(v), seq: binary.LittleEndian.Uint64(v[8:])}
+	if len(v) == metaLen {
+		m.fence = binary.LittleEndian.Uint64(v[16:])
+	}
+	return m, true
 }
 
 // Open implements sm.IOnDiskStateMachine: it loads the shard's table into
@@ -148,11 +176,12 @@ func (s *onDisk) Open(stopc <-chan struct{}) (uint64, error) {
 	if s.shard < 1 || s.shard > MaxShards {
 		return 0, fmt.Errorf("statemachine: shard id %d out of range 1..%d", s.shard, MaxShards)
 	}
-	applied, seq, found, err := s.readMeta()
+	m, found, err := s.readMeta()
 	if err != nil {
 		return 0, err
 	}
-	t := newTable(s.shard, seq, 0)
+	t := newTable(s.shard, m.seq, 0)
+	t.fence = m.fence
 	if !found {
 		// Rows without meta are what an interrupted RecoverFromSnapshot
 		// leaves; the shard starts empty and dragonboat brings it up to date
@@ -166,24 +195,26 @@ func (s *onDisk) Open(stopc <-chan struct{}) (uint64, error) {
 	s.mu.Lock()
 	s.t = t
 	s.mu.Unlock()
-	s.applied = applied
+	s.applied = m.applied
 	s.reset()
-	return applied, nil
+	return m.applied, nil
 }
 
-func (s *onDisk) readMeta() (applied, seq uint64, found bool, err error) {
+func (s *onDisk) readMeta() (meta, bool, error) {
 	v, closer, err := s.db.Get(s.metaKey[:])
 	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, 0, false, nil
+		return meta{}, false, nil
 	}
 	if err != nil {
-		return 0, 0, false, fmt.Errorf("statemachine: shard %d: read meta: %w", s.shard, err)
+		return meta{}, false, fmt.Errorf("statemachine: shard %d: read meta: %w", s.shard, err)
 	}
 	defer closer.Close()
-	if len(v) != metaLen {
-		return 0, 0, false, fmt.Errorf("statemachine: shard %d: meta is %d bytes, want %d", s.shard, len(v), metaLen)
+	m, ok := decodeMeta(v)
+	if !ok {
+		return meta{}, false, fmt.Errorf("statemachine: shard %d: meta is %d bytes, want %d (or %d, written before the fence)",
+			s.shard, len(v), metaLen, metaLenBeforeFence)
 	}
-	return binary.LittleEndian.Uint64(v), binary.LittleEndian.Uint64(v[8:]), true, nil
+	return m, true, nil
 }
 
 // dropOrphanRows deletes the shard's rows, if it has any: a new shard (the
@@ -276,10 +307,12 @@ func (s *onDisk) reset() {
 }
 
 // Update implements sm.IOnDiskStateMachine: it applies the entries to the
-// in-memory table and tells the observer; pebble is written only when a
-// checkpoint bound is reached (checkpointKeys, checkpointCommands; see the
-// package doc). Result.Value is the entry's number of commands (0 for an
-// empty or undecodable entry).
+// in-memory table (table.applyBatch, which also decides the fence) and
+// tells the observer of every decodable entry, fences and Fenced batches
+// included; pebble is written only when a checkpoint bound is reached
+// (checkpointKeys, checkpointCommands; see the package doc). Result.Value
+// is the entry's number of commands (0 for a fence, an empty or an
+// undecodable entry), whatever their results.
 func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	if len(ents) == 0 {
 		return ents, nil
@@ -306,9 +339,7 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			// entry keeps them identical.
 			continue
 		}
-		for j := start; j < len(cmds); j++ {
-			results = append(results, t.apply(&cmds[j]))
-		}
+		results = t.applyBatch(h, cmds[start:], results)
 		e.Result.Value = uint64(len(cmds) - start)
 		spans = append(spans, span{index: e.Index, h: h, start: start, end: len(cmds)})
 	}
@@ -348,8 +379,8 @@ const (
 
 // checkpoint writes, in one pebble batch, the row of every key changed since
 // the last checkpoint (a delete for a key that is free now and was held
-// then), and the meta: applied index and seq. Only the serialized methods
-// call it, so the table cannot change under it; Lookup only reads.
+// then), and the meta: applied index, seq and fence. Only the serialized
+// methods call it, so the table cannot change under it; Lookup only reads.
 //
 // Until the next checkpoint pebble lags the table; that is safe because
 // the Raft log keeps every entry after the index in the meta: dragonboat
@@ -367,7 +398,7 @@ func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
 			s.deleteRow(b, k)
 		}
 	}
-	s.putMeta(b, s.applied, t.seq)
+	s.putMeta(b, t.meta(s.applied))
 	if err := b.Commit(opts); err != nil {
 		// The changes stay recorded: the next checkpoint writes them.
 		return fmt.Errorf("statemachine: shard %d: checkpoint: %w", s.shard, err)
@@ -397,10 +428,10 @@ func (s *onDisk) deleteRow(b *pebble.Batch, key string) {
 	_ = op.Finish()
 }
 
-// putMeta adds the shard's meta (applied index and token counter) to b.
-func (s *onDisk) putMeta(b *pebble.Batch, applied, seq uint64) {
-	meta := encodeMeta(applied, seq)
-	_ = b.Set(s.metaKey[:], meta[:], nil)
+// putMeta adds the shard's meta to b, always in the layout with the fence.
+func (s *onDisk) putMeta(b *pebble.Batch, m meta) {
+	v := m.encode()
+	_ = b.Set(s.metaKey[:], v[:], nil)
 }
 
 // Lookup implements sm.IOnDiskStateMachine: a LookupKey answers a

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"slices"
@@ -44,11 +45,16 @@ func (w *workload) entries() []sm.Entry {
 	for i := range ents {
 		w.index++
 		ents[i].Index = w.index
+		// Two proposers, so that fences keep batches out.
+		proposer := 1 + w.rng.Uint64N(2)
 		switch w.rng.IntN(20) {
 		case 0: // dragonboat may hand over an empty entry
 			continue
 		case 1:
 			ents[i].Cmd = []byte{1, 2, 3} // malformed
+			continue
+		case 2:
+			ents[i].Cmd = encode(Header{Proposer: proposer, Seq: w.index, Fence: true})
 			continue
 		}
 		cmds := make([]Command, w.rng.IntN(30))
@@ -68,7 +74,7 @@ func (w *workload) entries() []sm.Entry {
 				cmds[j] = expire(w.key(), w.token())
 			}
 		}
-		ents[i].Cmd = encode(Header{Proposer: 1, Seq: w.index}, cmds...)
+		ents[i].Cmd = encode(Header{Proposer: proposer, Seq: w.index}, cmds...)
 	}
 	return ents
 }
@@ -119,7 +125,7 @@ func TestReplicasAgree(t *testing.T) {
 			seen[r.Code] = true
 		}
 	}
-	for c := Granted; c <= Regranted; c++ {
+	for c := Granted; c <= Fenced; c++ {
 		if !seen[c] {
 			t.Errorf("workload never produced code %d", c)
 		}
@@ -135,6 +141,9 @@ func checkMirror(t *testing.T, s *onDisk) {
 	checkOwners(t, fresh.t)
 	if !reflect.DeepEqual(locks(s), locks(fresh)) {
 		t.Fatalf("memory and pebble disagree:\n%v\n%v", locks(s), locks(fresh))
+	}
+	if s.t.seq != fresh.t.seq || s.t.fence != fresh.t.fence {
+		t.Fatalf("memory has seq %d, fence %d; pebble %d, %d", s.t.seq, s.t.fence, fresh.t.seq, fresh.t.fence)
 	}
 }
 
@@ -156,10 +165,10 @@ func TestUpdateResultsAndObserver(t *testing.T) {
 	}
 	calls := obs.calls()
 	want := []applied{
-		{1, 1, Header{7, 1}, []Command{grant("a", 10), grant("b", 20), grant("a", 30)},
+		{1, 1, Header{Proposer: 7, Seq: 1}, []Command{grant("a", 10), grant("b", 20), grant("a", 30)},
 			[]Result{{Granted, 1<<ShardBits | 1}, {Granted, 2<<ShardBits | 1}, {GrantRejected, 0}}},
-		{1, 4, Header{7, 4}, nil, nil},
-		{1, 5, Header{7, 5}, []Command{release("a", 0), expire("b", 2<<ShardBits|1)},
+		{1, 4, Header{Proposer: 7, Seq: 4}, nil, nil},
+		{1, 5, Header{Proposer: 7, Seq: 5}, []Command{release("a", 0), expire("b", 2<<ShardBits|1)},
 			[]Result{{Released, 1<<ShardBits | 1}, {Expired, 2<<ShardBits | 1}}},
 	}
 	for i := range want {
@@ -169,9 +178,55 @@ func TestUpdateResultsAndObserver(t *testing.T) {
 		t.Fatalf("observer got\n%+v\nwant\n%+v", calls, want)
 	}
 	syncSM(t, s)
-	if got, _, _, _ := s.readMeta(); got != 5 {
-		t.Errorf("meta applied = %d, want 5", got)
+	if got, _, _ := s.readMeta(); got.applied != 5 {
+		t.Errorf("meta applied = %d, want 5", got.applied)
 	}
+}
+
+// TestUpdateFence applies a log with fences: the observer is told of each
+// fence (no commands, Fence set) and of every batch the fence keeps out,
+// with every result Fenced, and such a batch changes nothing.
+func TestUpdateFence(t *testing.T) {
+	const a, b = 0xa, 0xb
+	tok := func(seq uint64) uint64 { return seq<<ShardBits | 1 }
+	obs := newRecorder()
+	db := newTestDB(t)
+	s, _ := openSM(t, db, obs, 1)
+	ents := []sm.Entry{
+		entryBy(1, b, grant("x", 10)), // no fence yet: applies
+		fenceEntry(2, a),
+		entryBy(3, b, grant("y", 20), release("x", 0), extend("x", tok(1), 5)), // kept out
+		entryBy(4, a, grant("y", 30), extend("x", tok(1), 40)),
+		entryBy(5, b), // no commands: nothing to keep out
+		fenceEntry(6, b),
+		entryBy(7, a, release("y", 0)), // kept out
+		entryBy(8, b, release("y", 0)),
+	}
+	if got, want := update(t, s, ents...), []uint64{1, 0, 3, 2, 0, 0, 1, 1}; !slices.Equal(got, want) {
+		t.Fatalf("Result.Value = %v, want %v", got, want)
+	}
+	fenced := []Result{{Code: Fenced}, {Code: Fenced}, {Code: Fenced}}
+	want := []applied{
+		{1, 1, Header{Proposer: b, Seq: 1}, []Command{grant("x", 10)}, []Result{{Granted, tok(1)}}},
+		{1, 2, Header{Proposer: a, Seq: 2, Fence: true}, nil, nil},
+		{1, 3, Header{Proposer: b, Seq: 3}, []Command{grant("y", 20), release("x", 0), extend("x", tok(1), 5)}, fenced},
+		{1, 4, Header{Proposer: a, Seq: 4}, []Command{grant("y", 30), extend("x", tok(1), 40)},
+			[]Result{{Granted, tok(2)}, {Extended, tok(1)}}},
+		{1, 5, Header{Proposer: b, Seq: 5}, nil, nil},
+		{1, 6, Header{Proposer: b, Seq: 6, Fence: true}, nil, nil},
+		{1, 7, Header{Proposer: a, Seq: 7}, []Command{release("y", 0)}, fenced[:1]},
+		{1, 8, Header{Proposer: b, Seq: 8}, []Command{release("y", 0)}, []Result{{Released, tok(2)}}},
+	}
+	for i := range want {
+		want[i].cmds = normalizeAll(want[i].cmds)
+	}
+	if calls := obs.calls(); !reflect.DeepEqual(calls, want) {
+		t.Fatalf("observer got\n%+v\nwant\n%+v", calls, want)
+	}
+	if got := locks(s); !maps.Equal(got, map[string]lockState{"x": {tok(1), 40, ""}}) || s.t.seq != 2 || s.t.fence != b {
+		t.Fatalf("table %v, seq %d, fence %x", got, s.t.seq, s.t.fence)
+	}
+	checkMirror(t, s)
 }
 
 func normalizeAll(cmds []Command) []Command {
@@ -487,8 +542,8 @@ func TestCheckpoint(t *testing.T) {
 	}
 	log = append(log, entry(5, cmds...))
 	update(t, s, log[4])
-	if applied, _, _, _ := s.readMeta(); applied != 5 || len(s.t.changed) != 0 {
-		t.Fatalf("after %d changed keys: meta at %d, %d keys still changed", checkpointKeys, applied, len(s.t.changed))
+	if m, _, _ := s.readMeta(); m.applied != 5 || len(s.t.changed) != 0 {
+		t.Fatalf("after %d changed keys: meta at %d, %d keys still changed", checkpointKeys, m.applied, len(s.t.changed))
 	}
 	crashed()
 
@@ -499,8 +554,8 @@ func TestCheckpoint(t *testing.T) {
 	}
 	log = append(log, entry(6, cmds...))
 	update(t, s, log[5])
-	if applied, _, _, _ := s.readMeta(); applied != 6 {
-		t.Fatalf("after %d commands: meta at %d", checkpointCommands, applied)
+	if m, _, _ := s.readMeta(); m.applied != 6 {
+		t.Fatalf("after %d commands: meta at %d", checkpointCommands, m.applied)
 	}
 }
 
@@ -515,10 +570,16 @@ func TestRowLayout(t *testing.T) {
 	want := []string{
 		"740000000161=" + "0104000000000000" + "04030000", // 't' shard 1 "a" -> token 1<<10|1, lease
 		"740000000162=" + "0108000000000000" + "05000000" + "6d65",
-		"6d00000001=" + "0100000000000000" + "0200000000000000", // meta: applied 1, seq 2
+		"6d00000001=" + "0100000000000000" + "0200000000000000" + "0000000000000000", // meta: applied 1, seq 2, no fence
 	}
 	if got := scanShard(t, db, 1); !slices.Equal(got, want) {
 		t.Fatalf("rows\n%v\nwant\n%v", got, want)
+	}
+	update(t, s, fenceEntry(2, 0x0102030405060708))
+	syncSM(t, s)
+	want[2] = "6d00000001=" + "0200000000000000" + "0200000000000000" + "0807060504030201" // applied 2, seq 2, fence
+	if got := scanShard(t, db, 1); !slices.Equal(got, want) {
+		t.Fatalf("rows after a fence\n%v\nwant\n%v", got, want)
 	}
 	for _, n := range []int{rowLen - 1, rowLen + MaxOwnerLen + 1} {
 		v := make([]byte, n) // n >= 8: a valid token, a bad length
@@ -529,6 +590,86 @@ func TestRowLayout(t *testing.T) {
 		}
 		if _, err := Factory(db, nil)(1, 1).Open(nil); err == nil || !strings.Contains(err.Error(), "corrupt row") {
 			t.Errorf("Open of a %d-byte row: %v", n, err)
+		}
+	}
+}
+
+// TestMetaFence: the fence is part of the checkpoint's meta, so it
+// survives a clean restart and a crash (the log from the checkpoint's index
+// applies its fences again); a meta written before the fence existed
+// (16 bytes) opens with no fence, and a meta of any other length is
+// refused.
+func TestMetaFence(t *testing.T) {
+	const a, b = 0xa, 0xb
+	dir := t.TempDir()
+	db := openTestDB(t, dir)
+	s, _ := openSM(t, db, nil, 3)
+	update(t, s, fenceEntry(1, a), entryBy(2, a, grant("k", 1)))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTestDB(t, dir)
+	defer db.Close()
+	s, applied := openSM(t, db, nil, 3)
+	if applied != 2 || s.t.fence != a {
+		t.Fatalf("reopened at %d with fence %x, want 2, %x", applied, s.t.fence, a)
+	}
+	// The fence keeps b out after the restart as before it.
+	obs := newRecorder()
+	s.obs = obs
+	update(t, s, entryBy(3, b, release("k", 0)))
+	if r := obs.calls()[0].results; !slices.Equal(r, []Result{{Code: Fenced}}) {
+		t.Fatalf("b after the restart: %+v", r)
+	}
+
+	// A crash after b's fence, before any checkpoint: the checkpoint has
+	// a's fence, and the log applied again from its index brings b's.
+	syncSM(t, s)
+	log := []sm.Entry{fenceEntry(4, b), entryBy(5, b, release("k", 0))}
+	update(t, s, log...)
+	crashed, applied := openSM(t, db, nil, 3)
+	if applied != 3 || crashed.t.fence != a {
+		t.Fatalf("crashed at %d with fence %x, want 3, %x", applied, crashed.t.fence, a)
+	}
+	update(t, crashed, log...)
+	if crashed.t.fence != b || !reflect.DeepEqual(locks(crashed), locks(s)) {
+		t.Fatalf("replayed: fence %x, %v; want %x, %v", crashed.t.fence, locks(crashed), b, locks(s))
+	}
+
+	// The meta as the release before the fence wrote it, and lengths no
+	// release wrote.
+	key := shardKey(metaPrefix, 3)
+	for _, n := range []int{0, 8, metaLenBeforeFence - 1, metaLenBeforeFence, metaLenBeforeFence + 1, metaLen - 1, metaLen, metaLen + 1, 32} {
+		v := make([]byte, n)
+		for i := range v {
+			v[i] = byte(i + 1) // applied 0x0807060504030201, seq 0x100f0e..., fence 0x181716...
+		}
+		if err := db.Set(key[:], v, nil); err != nil {
+			t.Fatal(err)
+		}
+		got, found, err := Factory(db, nil)(3, 1).(*onDisk).readMeta()
+		switch n {
+		case metaLenBeforeFence, metaLen:
+			want := meta{applied: 0x0807060504030201, seq: 0x100f0e0d0c0b0a09}
+			if n == metaLen {
+				want.fence = 0x1817161514131211
+			}
+			if err != nil || !found || got != want {
+				t.Errorf("%d-byte meta: %+v, %v, %v; want %+v", n, got, found, err, want)
+			}
+			if o, applied := openSM(t, db, nil, 3); applied != want.applied || o.t.seq != want.seq || o.t.fence != want.fence {
+				t.Errorf("%d-byte meta: opened at %x, seq %x, fence %x", n, applied, o.t.seq, o.t.fence)
+			}
+		default:
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("meta is %d bytes", n)) {
+				t.Errorf("%d-byte meta: %+v, %v", n, got, err)
+			}
+			if _, err := Factory(db, nil)(3, 1).Open(nil); err == nil {
+				t.Errorf("Open with a %d-byte meta succeeded", n)
+			}
 		}
 	}
 }

@@ -18,17 +18,26 @@ import (
 
 const (
 	snapMagic = "btsn"
-	// snapVersion is the stream of a table in which a lock has an owner,
-	// snapVersionNoOwners (records without owners, the stream from before
-	// owners) that of every other table: so a node not yet upgraded can
-	// recover from an upgraded node's snapshot until a client names an
-	// owner, and an upgraded node reads what an old one sends, or what
-	// dragonboat kept on disk across the upgrade.
+	// snapVersion is the stream of a table without a fence in which a
+	// lock has an owner, snapVersionNoOwners (records without owners, the
+	// stream from before owners) that of every other table without a
+	// fence: so a node of the release before owners could recover from a
+	// snapshot of the next until a client named an owner, and a node reads
+	// what an older one sent, or what dragonboat kept on disk across an
+	// upgrade.
 	snapVersion         = 2
 	snapVersionNoOwners = 1
-	snapHeaderLen       = 4 + 1 + 4 + 8 + 8
-	snapBufSize         = 64 << 10
-	recoverBatchSz      = 1 << 20 // bytes per pebble batch while recovering
+	// snapVersionFence is the stream of a table with a fence: the header
+	// has the fence after seq, and every record has its owner length, as
+	// in version 2, whether or not a lock has an owner. A table without a
+	// fence is streamed as before the fence existed (1 or 2).
+	snapVersionFence = 3
+	// snapHeaderLen is the header of versions 1 and 2; version 3 has
+	// snapFenceLen bytes more.
+	snapHeaderLen  = 4 + 1 + 4 + 8 + 8
+	snapFenceLen   = 8
+	snapBufSize    = 64 << 10
+	recoverBatchSz = 1 << 20 // bytes per pebble batch while recovering
 )
 
 // maxRecordLen bounds what readSnapshot reads of one record before it checks
@@ -46,16 +55,28 @@ var ErrBadSnapshot = errors.New("statemachine: bad snapshot")
 // pins that state while Update goes on; it is released exactly once, by
 // SaveSnapshot or, if dragonboat never gets that far, by Close.
 type snapCtx struct {
-	mu      sync.Mutex
-	snap    *pebble.Snapshot // nil once released
-	applied uint64
-	seq     uint64
-	owned   bool // a lock has an owner: the stream is snapVersion
+	mu    sync.Mutex
+	snap  *pebble.Snapshot // nil once released
+	meta  meta             // applied index, seq and fence
+	owned bool             // a lock has an owner
+}
+
+// version is the stream version of the captured state: 3 if the table has
+// a fence, else 2 if a lock has an owner, else 1 (see the package doc).
+func (c *snapCtx) version() byte {
+	switch {
+	case c.meta.fence != 0:
+		return snapVersionFence
+	case c.owned:
+		return snapVersion
+	default:
+		return snapVersionNoOwners
+	}
 }
 
 // PrepareSnapshot implements sm.IOnDiskStateMachine. It runs mutually
 // exclusive with Update; it writes a checkpoint first, so the pebble
-// snapshot and the in-memory applied index and seq agree.
+// snapshot and the in-memory applied index, seq and fence agree.
 func (s *onDisk) PrepareSnapshot() (interface{}, error) {
 	s.mu.RLock()
 	t := s.t
@@ -68,7 +89,7 @@ func (s *onDisk) PrepareSnapshot() (interface{}, error) {
 	}
 	// The checkpoint is the table, so the table tells whether a row of the
 	// pebble snapshot has an owner, without a scan.
-	c := &snapCtx{snap: s.db.NewSnapshot(), applied: s.applied, seq: t.seq, owned: len(t.owners) > 0}
+	c := &snapCtx{snap: s.db.NewSnapshot(), meta: t.meta(s.applied), owned: len(t.owners) > 0}
 	s.snapMu.Lock()
 	s.snaps[c] = struct{}{}
 	s.snapMu.Unlock()
@@ -89,8 +110,8 @@ func (s *onDisk) release(c *snapCtx) {
 
 // SaveSnapshot implements sm.IOnDiskStateMachine: it streams the state
 // PrepareSnapshot captured in the format the package doc describes, in
-// version 1 unless a lock has an owner. The output depends only on that
-// state, as dragonboat requires.
+// version 3 if the table has a fence, else in version 1 unless a lock has
+// an owner. The output depends only on that state, as dragonboat requires.
 func (s *onDisk) SaveSnapshot(ctx interface{}, w io.Writer, stopc <-chan struct{}) error {
 	c, ok := ctx.(*snapCtx)
 	if !ok {
@@ -104,21 +125,18 @@ func (s *onDisk) SaveSnapshot(ctx interface{}, w io.Writer, stopc <-chan struct{
 	}
 	it := c.snap.NewIter(&pebble.IterOptions{LowerBound: s.tableLo[:], UpperBound: s.tableHi[:]})
 	c.mu.Unlock()
-	version := byte(snapVersionNoOwners)
-	if c.owned {
-		version = snapVersion
-	}
-	err := s.writeSnapshot(it, version, c.applied, c.seq, w, stopc)
+	err := s.writeSnapshot(it, c.version(), c.meta, w, stopc)
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("statemachine: shard %d: scan snapshot: %w", s.shard, cerr)
 	}
 	return err
 }
 
-// writeSnapshot writes the stream of the rows it scans in the given version,
-// which must be the one they call for: it fails rather than drop an owner
-// from a version 1 stream, or write a version 2 stream without one.
-func (s *onDisk) writeSnapshot(it *pebble.Iterator, version byte, applied, seq uint64, w io.Writer, stopc <-chan struct{}) error {
+// writeSnapshot writes the stream of the rows it scans and of m in the
+// given version, which must be the one they call for: it fails rather than
+// drop an owner from a version 1 stream, or write a version 2 stream
+// without one. (The fence is m's, which is what chose version 3 or not.)
+func (s *onDisk) writeSnapshot(it *pebble.Iterator, version byte, m meta, w io.Writer, stopc <-chan struct{}) error {
 	bw := bufio.NewWriterSize(w, snapBufSize)
 	var crc uint32
 	// Write errors are returned as they are: dragonboat's writer reports a
@@ -132,8 +150,11 @@ func (s *onDisk) writeSnapshot(it *pebble.Iterator, version byte, applied, seq u
 	buf = append(buf, snapMagic...)
 	buf = append(buf, version)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(s.shard))
-	buf = binary.LittleEndian.AppendUint64(buf, applied)
-	buf = binary.LittleEndian.AppendUint64(buf, seq)
+	buf = binary.LittleEndian.AppendUint64(buf, m.applied)
+	buf = binary.LittleEndian.AppendUint64(buf, m.seq)
+	if version == snapVersionFence {
+		buf = binary.LittleEndian.AppendUint64(buf, m.fence)
+	}
 	if err := write(buf); err != nil {
 		return err
 	}
@@ -157,7 +178,7 @@ func (s *onDisk) writeSnapshot(it *pebble.Iterator, version byte, applied, seq u
 		buf = append(buf, k...)
 		buf = binary.AppendUvarint(buf, r.token)
 		buf = binary.AppendUvarint(buf, uint64(r.leaseMs))
-		if version == snapVersion {
+		if recordsHaveOwners(version) {
 			buf = binary.AppendUvarint(buf, uint64(len(owner)))
 			buf = append(buf, owner...)
 		}
@@ -219,25 +240,42 @@ func (s *onDisk) readErr(err error) error {
 	return fmt.Errorf("statemachine: shard %d: read snapshot: %w", s.shard, err)
 }
 
+// recordsHaveOwners says whether a stream's records carry an owner length:
+// in every version but the one from before owners.
+func recordsHaveOwners(version byte) bool { return version != snapVersionNoOwners }
+
 func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *table, error) {
 	br := bufio.NewReaderSize(r, snapBufSize)
-	var hdr [snapHeaderLen]byte
-	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+	var hdr [snapHeaderLen + snapFenceLen]byte
+	if _, err := io.ReadFull(br, hdr[:snapHeaderLen]); err != nil {
 		return 0, nil, s.readErr(err)
 	}
-	crc := crc32.Update(0, crcTable, hdr[:])
 	if string(hdr[:4]) != snapMagic {
 		return 0, nil, s.badSnapshot("not a baton snapshot")
 	}
 	version := hdr[4]
-	if version != snapVersion && version != snapVersionNoOwners {
+	if version < snapVersionNoOwners || version > snapVersionFence {
 		return 0, nil, s.badSnapshot("unknown version %d", version)
 	}
 	if shard := binary.LittleEndian.Uint32(hdr[5:]); uint64(shard) != s.shard {
 		return 0, nil, s.badSnapshot("snapshot is of shard %d", shard)
 	}
+	hlen := snapHeaderLen
+	if version == snapVersionFence {
+		hlen += snapFenceLen
+		if _, err := io.ReadFull(br, hdr[snapHeaderLen:hlen]); err != nil {
+			return 0, nil, s.readErr(err)
+		}
+	}
+	crc := crc32.Update(0, crcTable, hdr[:hlen])
 	applied := binary.LittleEndian.Uint64(hdr[9:])
 	t := newTable(s.shard, binary.LittleEndian.Uint64(hdr[17:]), 0)
+	if version == snapVersionFence {
+		// One encoding per table: version 3 only for a table with a fence.
+		if t.fence = binary.LittleEndian.Uint64(hdr[snapHeaderLen:]); t.fence == 0 {
+			return 0, nil, s.badSnapshot("version 3 without a fence")
+		}
+	}
 
 	rec := make([]byte, 0, maxRecordLen)
 	var prev []byte
@@ -271,7 +309,7 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 			return 0, nil, err
 		}
 		var owner []byte
-		if version == snapVersion {
+		if recordsHaveOwners(version) {
 			if ol, rec, err = s.readUvarint(br, rec); err != nil {
 				return 0, nil, err
 			}
@@ -312,7 +350,8 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 	if count := binary.LittleEndian.Uint64(tail[:8]); count != n {
 		return 0, nil, s.badSnapshot("trailer counts %d records, stream had %d", count, n)
 	}
-	// One encoding per table: version 2 only for a table with an owner.
+	// One encoding per table: version 2 only for a table with an owner
+	// (version 3 says nothing of owners: its records may have none).
 	if version == snapVersion && owned == 0 {
 		return 0, nil, s.badSnapshot("version 2 without an owner")
 	}
@@ -340,8 +379,8 @@ func (s *onDisk) readUvarint(br *bufio.Reader, rec []byte) (uint64, []byte, erro
 	return 0, rec, s.badSnapshot("bad varint")
 }
 
-// writeTable replaces the shard's rows and meta in pebble by t's, in batches
-// of bounded size.
+// writeTable replaces the shard's rows and meta in pebble by t's (its
+// rows, and its seq and fence at applied), in batches of bounded size.
 func (s *onDisk) writeTable(applied uint64, t *table, stopc <-chan struct{}) error {
 	b := s.db.NewBatch()
 	defer func() { _ = b.Close() }()
@@ -362,7 +401,7 @@ func (s *onDisk) writeTable(applied uint64, t *table, stopc <-chan struct{}) err
 			b = s.db.NewBatch()
 		}
 	}
-	s.putMeta(b, applied, t.seq)
+	s.putMeta(b, t.meta(applied))
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("statemachine: shard %d: write snapshot meta: %w", s.shard, err)
 	}

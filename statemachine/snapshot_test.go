@@ -108,41 +108,64 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
-// TestSnapshotVersion checks that SaveSnapshot writes version 1, the
-// stream from before owners, unless a lock has an owner, and that either
-// stream is the one encodeSnapshot writes of the table.
+// TestSnapshotVersion checks that SaveSnapshot writes version 3 if the
+// table has a fence, whatever its owners, and otherwise as before the
+// fence existed: version 1, the stream from before owners, unless a lock
+// has an owner; that each stream is the one encodeStream writes of the
+// table; and that recovering from it gives the table back, fence included
+// (in memory and in the meta).
 func TestSnapshotVersion(t *testing.T) {
+	const proposer, other = 7, 8 // entry's proposer, and another
 	tests := []struct {
 		name    string
+		fence   bool // a fence of proposer comes first
 		cmds    []Command
 		version byte
 	}{
-		{"empty table", nil, snapVersionNoOwners},
-		{"no owners", []Command{grant("a", 1), grant("b", 2), {Op: OpGrant, Key: []byte("c"), LeaseMs: 3, Owner: []byte{}}}, snapVersionNoOwners},
-		{"owner released", []Command{grant("a", 1), grantBy("b", 2, "me"), release("b", 0)}, snapVersionNoOwners},
-		{"owner expired", []Command{grantBy("a", 1, "me"), expire("a", 1<<ShardBits|4)}, snapVersionNoOwners},
-		{"one owner", []Command{grant("a", 1), grantBy("b", 2, "me"), grant("c", 3)}, snapVersion},
-		{"owners only", []Command{grantBy("a", 1, "x"), grantBy("b", 2, strings.Repeat("o", MaxOwnerLen))}, snapVersion},
-		{"owner regranted", []Command{grantBy("a", 1, "me"), grantBy("a", 1, "me")}, snapVersion},
+		{"empty table", false, nil, snapVersionNoOwners},
+		{"no owners", false, []Command{grant("a", 1), grant("b", 2), {Op: OpGrant, Key: []byte("c"), LeaseMs: 3, Owner: []byte{}}}, snapVersionNoOwners},
+		{"owner released", false, []Command{grant("a", 1), grantBy("b", 2, "me"), release("b", 0)}, snapVersionNoOwners},
+		{"owner expired", false, []Command{grantBy("a", 1, "me"), expire("a", 1<<ShardBits|4)}, snapVersionNoOwners},
+		{"one owner", false, []Command{grant("a", 1), grantBy("b", 2, "me"), grant("c", 3)}, snapVersion},
+		{"owners only", false, []Command{grantBy("a", 1, "x"), grantBy("b", 2, strings.Repeat("o", MaxOwnerLen))}, snapVersion},
+		{"owner regranted", false, []Command{grantBy("a", 1, "me"), grantBy("a", 1, "me")}, snapVersion},
+		{"fence, empty table", true, nil, snapVersionFence},
+		{"fence, no owners", true, []Command{grant("a", 1), grant("b", 2)}, snapVersionFence},
+		{"fence, owner released", true, []Command{grant("a", 1), grantBy("b", 2, "me"), release("b", 0)}, snapVersionFence},
+		{"fence and owners", true, []Command{grantBy("a", 1, "x"), grant("b", 2), grantBy("c", 3, strings.Repeat("o", MaxOwnerLen))}, snapVersionFence},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := openSM(t, newTestDB(t), nil, 4)
-			update(t, s, entry(1, tc.cmds...))
+			var ents []sm.Entry
+			if tc.fence {
+				ents = append(ents, fenceEntry(1, proposer))
+			}
+			ents = append(ents, entry(uint64(len(ents)+1), tc.cmds...))
+			update(t, s, ents...)
 			var held []Lock
 			s.t.each(func(l Lock) { held = append(held, l) })
 			data := saveSnapshot(t, s)
-			if want := encodeSnapshot(tc.version, 4, 1, s.t.seq, held); !bytes.Equal(data, want) {
+			// encodeStream drops the fence from versions 1 and 2, so
+			// this also checks that a fence is not dropped.
+			if want := encodeStream(tc.version, 4, s.t.meta(s.applied), held); !bytes.Equal(data, want) {
 				t.Fatalf("saved\n%x\nwant version %d\n%x", data, tc.version, want)
 			}
-			dst, _ := openSM(t, newTestDB(t), nil, 4)
+			obs := newRecorder()
+			dst, _ := openSM(t, newTestDB(t), obs, 4)
 			if err := dst.RecoverFromSnapshot(bytesReader(data), nil); err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(locks(dst), locks(s)) {
-				t.Fatalf("recovered %v, want %v", locks(dst), locks(s))
+			if !reflect.DeepEqual(locks(dst), locks(s)) || dst.t.meta(dst.applied) != s.t.meta(s.applied) {
+				t.Fatalf("recovered %v, %+v; want %v, %+v", locks(dst), dst.t.meta(dst.applied), locks(s), s.t.meta(s.applied))
 			}
 			checkOwners(t, dst.t)
+			checkMirror(t, dst) // the meta has the fence
+			// The recovered fence keeps another proposer out.
+			update(t, dst, entryBy(dst.applied+1, other, grant("new", 1)))
+			if got := obs.calls()[0].results[0].Code; (got == Fenced) != tc.fence {
+				t.Fatalf("another proposer's grant after recovery: %d", got)
+			}
 		})
 	}
 }
@@ -177,17 +200,20 @@ func TestSnapshotIsPointInTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	update(t, s, entry(2, release("a", 0), grant("b", 1)))
+	update(t, s, entry(2, release("a", 0), grant("b", 1)), fenceEntry(3, 9))
 	var buf bytes.Buffer
 	if err := s.SaveSnapshot(ctx, &buf, nil); err != nil {
 		t.Fatal(err)
+	}
+	if v := buf.Bytes()[4]; v != snapVersionNoOwners {
+		t.Fatalf("a snapshot prepared before the fence is version %d", v)
 	}
 	dst, _ := openSM(t, newTestDB(t), nil, 1)
 	if err := dst.RecoverFromSnapshot(&buf, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := locks(dst); len(got) != 1 || got["a"].token == 0 || dst.applied != 1 || dst.t.seq != 1 {
-		t.Fatalf("recovered %v at %d", got, dst.applied)
+	if got := locks(dst); len(got) != 1 || got["a"].token == 0 || dst.applied != 1 || dst.t.seq != 1 || dst.t.fence != 0 {
+		t.Fatalf("recovered %v at %d, seq %d, fence %x", got, dst.applied, dst.t.seq, dst.t.fence)
 	}
 }
 
@@ -223,11 +249,18 @@ func TestRecoverReplacesShardOnly(t *testing.T) {
 func TestRecoverRejectsBadStreams(t *testing.T) {
 	src := filled(t, 1, 300)
 	data := saveSnapshot(t, src)
-	flip := func(i int) []byte {
-		d := bytes.Clone(data)
+	// The same table with a fence: version 3.
+	update(t, src, fenceEntry(src.applied+1, 0x0102030405060708))
+	fenced := saveSnapshot(t, src)
+	if data[4] != snapVersion || fenced[4] != snapVersionFence {
+		t.Fatalf("streams of version %d and %d", data[4], fenced[4])
+	}
+	flipIn := func(d []byte, i int) []byte {
+		d = bytes.Clone(d)
 		d[i] ^= 0x40
 		return d
 	}
+	flip := func(i int) []byte { return flipIn(data, i) }
 	tests := []struct {
 		name string
 		data []byte
@@ -246,6 +279,14 @@ func TestRecoverRejectsBadStreams(t *testing.T) {
 		{"flipped record in the middle", flip(len(data) / 2)},
 		{"flipped count", flip(len(data) - 6)},
 		{"flipped checksum", flip(len(data) - 1)},
+		{"version 3: cut in the fence", fenced[:snapHeaderLen+3]},
+		{"version 3: header only", fenced[:snapHeaderLen+snapFenceLen]},
+		{"version 3: cut in a record", fenced[:len(fenced)/2]},
+		{"version 3: flipped seq", flipIn(fenced, 17)},
+		{"version 3: flipped fence", flipIn(fenced, snapHeaderLen+2)},
+		{"version 3: flipped last fence byte", flipIn(fenced, snapHeaderLen+snapFenceLen-1)},
+		{"version 3: flipped first record", flipIn(fenced, snapHeaderLen+snapFenceLen)},
+		{"version 3: flipped checksum", flipIn(fenced, len(fenced)-1)},
 	}
 	tok := uint64(1<<ShardBits | 1)
 	lock := func(owner string) []Lock {
@@ -270,7 +311,17 @@ func TestRecoverRejectsBadStreams(t *testing.T) {
 		// Read as version 1, the owner length is where the next keylen
 		// should be.
 		{"version 1 record with an owner", patch(encodeSnapshot(snapVersion, 1, 1, 1, lock("o")), 4, snapVersionNoOwners)},
-		{"version 3", patch(encodeSnapshot(snapVersion, 1, 1, 1, lock("")), 4, 3)},
+		{"version 4", patch(encodeSnapshot(snapVersion, 1, 1, 1, lock("o")), 4, 4)},
+		{"version 0", patch(encodeSnapshot(snapVersion, 1, 1, 1, lock("o")), 4, 0)},
+		// The fence's 8 bytes make the difference between version 3 and
+		// the others: each read as the other goes wrong.
+		{"version 2 read as 3", patch(encodeSnapshot(snapVersion, 1, 1, 1, lock("o")), 4, snapVersionFence)},
+		{"version 1 read as 3", patch(encodeSnapshot(snapVersionNoOwners, 1, 1, 1, lock("")), 4, snapVersionFence)},
+		{"version 3 read as 2", patch(fenced, 4, snapVersion)},
+		{"version 3 read as 1", patch(fenced, 4, snapVersionNoOwners)},
+		// One encoding per table: version 3 only if the table has a fence.
+		{"version 3 without a fence", encodeSnapshotV3(1, 1, 1, 0, lock("o"))},
+		{"version 3 without a fence or records", encodeSnapshotV3(1, 1, 0, 0, nil)},
 		// One encoding per table: version 2 only if a lock has an owner.
 		{"version 2 without an owner", encodeSnapshot(snapVersion, 1, 1, 1, lock(""))},
 		{"version 2 without records", encodeSnapshot(snapVersion, 1, 1, 0, nil)},
@@ -306,9 +357,11 @@ func TestRecoverRejectsBadStreams(t *testing.T) {
 	}
 	// Every truncation is caught, not just the ones above.
 	dst, _ := openSM(t, newTestDB(t), nil, 1)
-	for n := 0; n < len(data); n += 7 {
-		if err := dst.RecoverFromSnapshot(bytesReader(data[:n]), nil); !errors.Is(err, ErrBadSnapshot) {
-			t.Fatalf("truncated to %d of %d bytes: %v", n, len(data), err)
+	for _, d := range [][]byte{data, fenced} {
+		for n := 0; n < len(d); n += 7 {
+			if err := dst.RecoverFromSnapshot(bytesReader(d[:n]), nil); !errors.Is(err, ErrBadSnapshot) {
+				t.Fatalf("version %d truncated to %d of %d bytes: %v", d[4], n, len(d), err)
+			}
 		}
 	}
 }
@@ -366,8 +419,9 @@ func TestCloseReleasesPreparedSnapshot(t *testing.T) {
 // FuzzReadSnapshot checks that reading a stream never panics, that every
 // stream it refuses is ErrBadSnapshot, and that every stream it accepts
 // begins with the one encoding of the table it read (so nothing in the
-// stream is ignored): version 2 exactly when a lock has an owner, with the
-// owner index consistent. What follows the trailer is not read (and never was): the
+// stream is ignored): version 3 exactly when the table has a fence, else
+// version 2 exactly when a lock has an owner, with the owner index
+// consistent. What follows the trailer is not read (and never was): the
 // stream ends there.
 func FuzzReadSnapshot(f *testing.F) {
 	const shard = 3
@@ -386,6 +440,13 @@ func FuzzReadSnapshot(f *testing.F) {
 		{Key: []byte(strings.Repeat("k", MaxKeyLen)), Token: tok(4), LeaseMs: 1 << 31, Owner: bytes.Repeat([]byte{0xff}, MaxOwnerLen)},
 	}))
 	f.Add(encodeSnapshot(snapVersionNoOwners, shard, 1, 2, []Lock{{Key: []byte("x"), Token: tok(2), LeaseMs: 7}}))
+	f.Add(encodeSnapshotV3(shard, 9, 0, 5, nil))
+	f.Add(encodeSnapshotV3(shard, 9, 0, 0, nil)) // no fence: rejected
+	f.Add(encodeSnapshotV3(shard, 1, 2, 1<<63, []Lock{{Key: []byte("x"), Token: tok(2), LeaseMs: 7}}))
+	f.Add(encodeSnapshotV3(shard, 9, 4, 0xb, []Lock{
+		{Key: []byte("a"), Token: tok(1), LeaseMs: 1000, Owner: []byte("owner-a")},
+		{Key: []byte("b"), Token: tok(3), LeaseMs: 5},
+	}))
 	s := newOnDisk(nil, nil, shard) // readSnapshot does not touch the DB
 	f.Fuzz(func(t *testing.T, data []byte) {
 		applied, tb, err := s.readSnapshot(bytes.NewReader(data), nil)
@@ -396,12 +457,15 @@ func FuzzReadSnapshot(f *testing.F) {
 			return
 		}
 		checkOwners(t, tb)
-		if (data[4] == snapVersion) != (len(tb.owners) > 0) {
+		if (data[4] == snapVersionFence) != (tb.fence != 0) {
+			t.Fatalf("version %d stream, fence %x", data[4], tb.fence)
+		}
+		if data[4] != snapVersionFence && (data[4] == snapVersion) != (len(tb.owners) > 0) {
 			t.Fatalf("version %d stream, %d owners", data[4], len(tb.owners))
 		}
 		var held []Lock
 		tb.each(func(l Lock) { held = append(held, l) })
-		if again := encodeSnapshot(data[4], shard, applied, tb.seq, held); !bytes.HasPrefix(data, again) {
+		if again := encodeStream(data[4], shard, tb.meta(applied), held); !bytes.HasPrefix(data, again) {
 			t.Fatalf("re-encoding is not what the stream begins with:\n%x\n%x", again, data)
 		}
 	})

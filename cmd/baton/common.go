@@ -132,9 +132,10 @@ func usageError(e env, cmd string, err error) int {
 	return exitBadUsage
 }
 
-// parseCommand parses args with fs and checks the positional count; help
-// is the command's usage text. done is true when the caller should return
-// code at once (help shown or bad usage).
+// parseCommand parses args with fs and checks the positional count (the
+// first positional argument, when there is one, is a KEY); help is the
+// command's usage text. done is true when the caller should return code at
+// once (help shown or bad usage).
 func parseCommand(e env, name, help string, fs *flag.FlagSet, args []string, minPos, maxPos int) (pos []string, code int, done bool) {
 	pos, err := parseArgs(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -149,7 +150,7 @@ func parseCommand(e env, name, help string, fs *flag.FlagSet, args []string, min
 		return nil, usageError(e, name, errors.New("missing KEY")), true
 	case len(pos) > maxPos:
 		return nil, usageError(e, name, fmt.Errorf("unexpected argument %q", pos[maxPos])), true
-	case !codec.ValidKey([]byte(pos[0])):
+	case len(pos) > 0 && !codec.ValidKey([]byte(pos[0])):
 		return nil, usageError(e, name, fmt.Errorf("bad KEY %q: want 1 to %d bytes, no spaces or control characters", pos[0], codec.MaxKey)), true
 	}
 	return pos, 0, false

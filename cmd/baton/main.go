@@ -1,8 +1,8 @@
 // Command baton is the command-line client of the baton lock service.
 //
 // It is a dispatcher of subcommands: acquire, release, extend, query and
-// lock talk to a cluster through package client; bench is the load
-// generator (package bench). See baton --help.
+// lock talk to a cluster through package client; status prints a node's
+// /status; bench is the load generator (package bench). See baton --help.
 package main
 
 import (
@@ -52,6 +52,7 @@ var commands = []command{
 	{"extend", "extend the lease of a held lock", runExtend},
 	{"query", "show who holds a key: token, owner, lease left", runQuery},
 	{"lock", "run a command while holding a lock", runLock},
+	{"status", "show a node's view of itself and its cluster (its --http)", runStatus},
 	{"bench", "drive load against a server and measure it", runBench},
 }
 
@@ -68,6 +69,8 @@ Environment:
                (otherwise 127.0.0.1:7700)
   BATON_AUTH   the shared secret of a server started with --auth-file,
                unless --auth-file names a file holding it
+  BATON_HTTP   default node HTTP address for status --http
+               (otherwise 127.0.0.1:7780)
 
 TLS and the secret (protocol 1.2): the lock commands take --tls, --tls-ca,
 --tls-cert, --tls-key, --tls-server-name and --auth-file (see their --help).

@@ -5,11 +5,8 @@
 package main_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -1069,8 +1066,11 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("--help: exit %d (timed out %v), want 0", res.Code, res.TimedOut)
 	}
 	out := res.Stdout + res.Stderr
-	for _, f := range []string{"id", "peers", "data", "shards", "http", "auth-file", "tls-listen", "tls-cert", "tls-key",
-		"tls-client-ca", "tls-peers", "raft-tls-ca", "raft-tls-cert", "raft-tls-key"} {
+	for _, f := range []string{"id", "peers", "data", "shards", "http", "log-level", "log-format",
+		"max-conns", "max-waiters-per-conn", "max-waiters-per-key", "max-waiters", "max-pending-queries",
+		"max-proposals-in-flight", "max-pending-commands", "max-unsent-per-conn", "max-unsent",
+		"auth-file", "tls-listen", "tls-cert", "tls-key", "tls-client-ca", "tls-peers",
+		"raft-tls-ca", "raft-tls-cert", "raft-tls-key"} {
 		if !regexp.MustCompile(`(^|[^-\w])--?` + f + `\b`).MatchString(out) {
 			t.Errorf("--help does not mention --%s", f)
 		}
@@ -1090,6 +1090,12 @@ func TestBadFlags(t *testing.T) {
 		{"shards not a number", []string{"--shards", "many"}, []string{"shards"}, true},
 		{"id past the peers", []string{"--id", "3"}, []string{"id", "peers"}, false},
 		{"malformed peers", []string{"--peers", "nonsense"}, []string{"peers"}, false},
+		{"limit of 0", []string{"--max-conns", "0"}, []string{"max-conns"}, true},
+		{"size not a size", []string{"--max-unsent", "lots"}, []string{"max-unsent"}, true},
+		{"unknown log format", []string{"--log-format", "xml"}, []string{"log-format"}, true},
+		{"TLS listener without certificate", []string{"--tls-listen", "127.0.0.1:0"}, []string{"tls-cert"}, false},
+		{"TLS peers not one per peer", []string{"--tls-peers", "127.0.0.1:1,127.0.0.1:2"}, []string{"tls-peers"}, false},
+		{"raft TLS without key", []string{"--raft-tls-ca", "ca.pem", "--raft-tls-cert", "node.pem"}, []string{"raft-tls-key"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -1252,74 +1258,6 @@ func TestDefaults(t *testing.T) {
 	}
 	if code, err := n.Stop(); err != nil || code != 0 {
 		t.Fatalf("stop: exit %d, %v", code, err)
-	}
-}
-
-// --- HTTP -------------------------------------------------------------------
-
-var promLine = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})? ([-+]?[0-9.eE+-]+|[-+]?Inf|NaN)( -?[0-9]+)?$`)
-
-func TestHTTP(t *testing.T) {
-	t.Parallel()
-	n := harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 4, HTTP: true})
-	c := harness.Dial(t, n.ClientAddr)
-	tok := acquire(t, c, "http/k", 10000)
-	do(t, c, fmt.Sprintf("R http/k %d", tok), "R http/k OK")
-
-	client := &http.Client{Timeout: 5 * time.Second}
-	get := func(path string) (*http.Response, string) {
-		t.Helper()
-		resp, err := client.Get("http://" + n.HTTPAddr + path)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		return resp, string(body)
-	}
-
-	// Healthy once every shard has a leader, which the client port being
-	// ready implies on a single node; allow a moment all the same.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, body := get("/healthz")
-		if resp.StatusCode == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz: %s %q", resp.Status, body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-
-	resp, body := get("/metrics")
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
-		t.Fatalf("/metrics: %s, Content-Type %q", resp.Status, resp.Header.Get("Content-Type"))
-	}
-	samples := 0
-	for _, l := range strings.Split(body, "\n") {
-		switch {
-		case l == "", strings.HasPrefix(l, "#"):
-		case promLine.MatchString(l):
-			samples++
-		default:
-			t.Errorf("/metrics: not Prometheus text format: %q", l)
-		}
-	}
-	if samples == 0 {
-		t.Errorf("/metrics has no samples:\n%s", body)
-	}
-
-	resp, body = get("/status")
-	var status map[string]any
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/status: %s", resp.Status)
-	}
-	if err := json.Unmarshal([]byte(body), &status); err != nil {
-		t.Fatalf("/status is not a JSON object: %v\n%s", err, body)
 	}
 }
 

@@ -71,7 +71,36 @@ Flags:
                   in DIR (default "", meaning baton for a new data dir and
                   dragonboat for one created before this flag)
   --log-level L   debug, info, warn or error (default info)
+  --log-format F  text (key=value lines) or json (one JSON object a line)
+                  (default text)
   --help          show this text
+
+Limits (docs/protocol.md): past each, the request that would go beyond it
+is answered ERR overloaded, and a line "limit hit" with a count is logged,
+at most once per limit every 10s.
+  --max-conns N   client connections open at once; one more is closed at
+                  once (default 50000)
+  --max-waiters-per-conn N
+                  unanswered acquires of one connection (default 100000)
+  --max-waiters-per-key N
+                  acquires waiting for one key; one whose owner already
+                  waits for the key takes no place (default 10000)
+  --max-waiters N unanswered acquires on this node (default 1000000)
+  --max-pending-queries N
+                  queries of a shard waiting for the leader to confirm its
+                  leadership (a cluster's Q) (default 65536)
+  --max-proposals-in-flight N
+                  Raft proposals of a shard not yet committed; past it
+                  commands wait to be proposed (default 4096)
+  --max-pending-commands N
+                  commands of a shard not committed yet, batched or
+                  proposed (default 65536)
+  --max-unsent-per-conn SIZE
+                  answers a client has not taken; past it the connection is
+                  closed (default 4MiB; units B, KiB, MiB, GiB)
+  --max-unsent SIZE
+                  the same over all connections; past it the connections
+                  with the most unsent answers are closed (default 256MiB)
 
 Access control and TLS (docs/protocol.md, version 1.2):
   --auth-file FILE
@@ -115,7 +144,9 @@ type options struct {
 	rtt        time.Duration
 	snapEvery  uint64
 	logLevel   string
+	logFormat  string
 	raftLog    string
+	limits     engine.Limits
 
 	authFile    string
 	tlsListen   string
@@ -151,12 +182,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "batond: %v (see batond --help)\n", err)
 		return exitBadUsage
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(opts.logLevel)); err != nil {
-		fmt.Fprintf(stderr, "batond: --log-level %q: want debug, info, warn or error\n", opts.logLevel)
+	log, err := newLogger(stderr, opts.logLevel, opts.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "batond: %v\n", err)
 		return exitBadUsage
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log) // and the log package's lines (pebble's) with it
 	peers, err := engine.ParsePeers(opts.peers)
 	if err != nil {
 		fmt.Fprintf(stderr, "batond: --peers: %v\n", err)
@@ -174,7 +205,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := engine.Config{
 		ID: opts.id, Peers: peers, RaftListen: opts.raftListen, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt,
-		SnapshotEntries: opts.snapEvery, RaftLog: opts.raftLog, Logger: log,
+		SnapshotEntries: opts.snapEvery, RaftLog: opts.raftLog, Limits: opts.limits, Logger: log,
 	}
 	if err := opts.security(&cfg); err != nil {
 		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
@@ -189,6 +220,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		srv := &http.Server{Handler: node.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(httpLn) }()
 		defer srv.Close()
+		log.Info("serving http", "addr", httpLn.Addr().String())
 	}
 
 	sig := make(chan os.Signal, 1)
@@ -218,6 +250,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.rtt, "rtt", 10*time.Millisecond, "")
 	fs.Uint64Var(&o.snapEvery, "snapshot-entries", engine.DefaultSnapshotEntries, "")
 	fs.StringVar(&o.logLevel, "log-level", "info", "")
+	fs.StringVar(&o.logFormat, "log-format", "text", "")
 	fs.StringVar(&o.raftLog, "raft-log", "", "")
 	fs.StringVar(&o.authFile, "auth-file", "", "")
 	fs.StringVar(&o.tlsListen, "tls-listen", "", "")
@@ -228,7 +261,11 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.raftTLSCA, "raft-tls-ca", "", "")
 	fs.StringVar(&o.raftTLSCert, "raft-tls-cert", "", "")
 	fs.StringVar(&o.raftTLSKey, "raft-tls-key", "", "")
+	limitFlags(fs, &o.limits)
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if err := o.limits.Validate(); err != nil {
 		return o, err
 	}
 	switch {
@@ -268,6 +305,22 @@ func (o *options) security(cfg *engine.Config) error {
 		cfg.RaftTLS = &engine.RaftTLS{CAFile: o.raftTLSCA, CertFile: o.raftTLSCert, KeyFile: o.raftTLSKey}
 	}
 	return nil
+}
+
+// newLogger is the node's logger: format text or json, at level.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
 // oneLine keeps a start error to one line, as the command-line contract
