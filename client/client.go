@@ -6,6 +6,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -55,6 +56,8 @@ type options struct {
 	redialInterval time.Duration // RedialInterval; tests shorten it
 	stallTimeout   time.Duration // WithStallTimeout; 0: off
 	ownerPrefix    string        // WithOwnerPrefix
+	tls            *tls.Config   // WithTLS; nil: plain TCP
+	secret         string        // WithSecret; "": no H
 }
 
 // WithDialTimeout bounds each dial (default DefaultDialTimeout).
@@ -67,8 +70,9 @@ func WithDialTimeout(d time.Duration) Option {
 }
 
 // WithDialer makes the client open its connections with dial instead of a
-// plain TCP dial: for TLS, a proxy, or fault injection in tests. dial must
-// honour ctx, which carries the dial timeout.
+// plain TCP dial: for a proxy, or fault injection in tests. dial must
+// honour ctx, which carries the dial timeout. WithTLS and WithSecret apply
+// on top of what dial returns.
 func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) Option {
 	return func(o *options) {
 		if dial != nil {
@@ -100,7 +104,8 @@ func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) O
 //     until the context ends, on another node than the one that said it
 //     (a node cut off from the others knows no leader while they have
 //     elected one);
-//   - any other ERR: returned as a *ServerError.
+//   - any other ERR: returned as a *ServerError;
+//   - a server that refuses the secret (see WithSecret): ErrAuth, at once.
 //
 // A retried acquire names the same owner as its first attempt (see
 // Acquire), so that the server answers it with the grant an earlier
@@ -132,6 +137,9 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 		opt(&o)
 	}
 	if err := checkOwnerPrefix(o.ownerPrefix); err != nil {
+		return nil, err
+	}
+	if err := checkSecret(o.secret); err != nil {
 		return nil, err
 	}
 	if o.dial == nil {

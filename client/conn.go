@@ -131,8 +131,12 @@ func (c *conn) run() {
 			c.setState(stateDialing, nil)
 		}
 		lastDial = time.Now()
+		lr.Reset() // nothing of an earlier session's stream belongs to this one
 		dctx, cancel := context.WithTimeout(ctx, c.cl.opts.dialTimeout)
 		nc, err := c.cl.opts.dial(dctx, c.addr)
+		if err == nil {
+			nc, err = c.cl.open(dctx, nc, c.addr, lr)
+		}
 		cancel()
 		if err != nil {
 			c.setState(stateDown, err)
@@ -226,7 +230,6 @@ func (c *conn) serve(nc net.Conn, lr *codec.LineReader) {
 		defer writer.Done()
 		c.write(nc, stop)
 	}()
-	lr.Reset() // nothing of an earlier session's stream belongs to this one
 	err := c.read(nc, lr)
 	c.fail(nc, err)
 	close(stop)
@@ -300,6 +303,10 @@ func (c *conn) deliver(r *codec.Response) error {
 	cl := c.pending.pop(r.Op, r.Key)
 	c.mu.Unlock()
 	if cl == nil {
+		if r.Op == codec.OpHello && r.Status == codec.StatusErr && string(r.Code) == codec.CodeAuth {
+			// The server wants a secret, and we sent none (WithSecret).
+			return fmt.Errorf("%s: %w", c.addr, ErrAuth)
+		}
 		// "? - ERR ..." (a request the server could not read) or an answer
 		// nobody asked for: the two ends disagree about the stream.
 		if r.Status == codec.StatusErr {

@@ -43,5 +43,10 @@
 // (*ServerError). Whenever Acquire returns an error, the caller holds
 // nothing.
 //
+// A server started with --auth-file wants a shared secret: WithSecret
+// makes the client send it (H, protocol 1.2) on every connection it opens,
+// and a refusal is ErrAuth, not retried. WithTLS speaks TLS, to a server's
+// --tls-listen address.
+//
 // The protocol underneath is docs/protocol.md.
 package client

@@ -446,10 +446,9 @@ func TestKeepAliveAndLoss(t *testing.T) {
 	}
 }
 
-// ask sends one line to addr on a fresh connection and returns the answer,
-// or the error as text.
-func ask(t *testing.T, addr, line string) string {
-	cn := harness.Dial(t, addr)
+// askOn sends one line on a fresh connection, which it closes, and
+// returns the answer, or the error as text.
+func askOn(cn *harness.Conn, line string) string {
 	defer cn.Close()
 	cn.Send(line)
 	got, err := cn.ReadLine(2 * time.Second)
@@ -478,7 +477,7 @@ func settledLeader(t *testing.T, nodes []*harness.Node, key string) *harness.Nod
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		last = ""
 		for _, nd := range nodes {
-			got := ask(t, nd.ClientAddr, "Q "+key)
+			got := askOn(nd.Dial(t), "Q "+key)
 			ok := got == "Q "+key+" MOVED "+leader.ClientAddr
 			if nd == leader {
 				ok = got == "Q "+key+" FREE" || strings.HasPrefix(got, "Q "+key+" HELD ")

@@ -29,6 +29,12 @@ var (
 	// *ServerError with the code "unavailable" matches it too.
 	ErrUnavailable = errors.New("unavailable")
 
+	// ErrAuth means a server refused the client (protocol 1.2): the secret
+	// of WithSecret is not the server's --auth-file, or the server wants
+	// one and the client has none. Requests fail with it at once, without
+	// retries: nothing sent before the server accepts the secret is served.
+	ErrAuth = errors.New("refused: wrong or missing secret")
+
 	// ErrLost is what Lock.Err reports once the lock is no longer held
 	// without having been released: the server said NOTHELD, or the lease
 	// ran out before the keep-alive could extend it, or the Client was

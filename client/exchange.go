@@ -98,7 +98,7 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 		target, avoid = "", ""
 		if err != nil {
 			switch {
-			case errors.Is(err, ErrClosed), ctx.Err() != nil:
+			case errors.Is(err, ErrClosed), errors.Is(err, ErrAuth), ctx.Err() != nil:
 				return fail(err)
 			case errors.Is(err, errTargetDown):
 				// Leadership moved to a node we cannot reach (yet): as good
@@ -141,6 +141,10 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 		if cll.err != nil {
 			if errors.Is(cll.err, ErrClosed) {
 				return fail(ErrClosed)
+			}
+			var dropped *droppedError
+			if errors.As(cll.err, &dropped) && errors.Is(dropped.err, ErrAuth) {
+				return fail(dropped.err) // the server served nothing of it
 			}
 			lastErr = cll.err
 			ans.ambiguous = true

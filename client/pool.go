@@ -77,6 +77,9 @@ func (cl *Client) pick(ctx context.Context, addr, avoid string) (*conn, error) {
 			return c, nil
 		}
 		if !dialing {
+			if err := cl.refusedBy(addr); err != nil {
+				return nil, err
+			}
 			if addr != "" {
 				// The leader named by MOVED is one we lost: it is likely
 				// back (it leads), so try it now rather than at the next
@@ -136,6 +139,23 @@ func (cl *Client) chooseLocked(addr, avoid string) (*conn, bool) {
 		}
 	}
 	return nil, dialing
+}
+
+// refusedBy returns the ErrAuth of a connection to addr ("" for any) that
+// is down because its server refused the secret, or nil.
+func (cl *Client) refusedBy(addr string) error {
+	cl.mu.Lock()
+	conns := append([]*conn(nil), cl.conns...)
+	cl.mu.Unlock()
+	for _, c := range conns {
+		if addr != "" && c.addr != addr || c.state.Load() != stateDown {
+			continue
+		}
+		if err := c.lastError(); errors.Is(err, ErrAuth) {
+			return err
+		}
+	}
+	return nil
 }
 
 // noConnError says why no connection is usable, naming every address.

@@ -1,4 +1,4 @@
-// Package codec is baton's wire protocol (version 1.1): it parses request lines
+// Package codec is baton's wire protocol (version 1.2): it parses request lines
 // in place and appends response lines to a caller's buffer, and does the
 // reverse for clients. It allocates nothing per request, starts no
 // goroutines and does no I/O, so the server's event loop and the client
@@ -19,7 +19,14 @@ const (
 	OpRelease byte = 'R'
 	OpExtend  byte = 'K'
 	OpQuery   byte = 'Q'
+	// OpHello is "H <secret>" (protocol 1.2): a client's first line on a
+	// server that requires the shared secret. It names no key; its answers
+	// are "H - OK" and "H - ERR auth".
+	OpHello byte = 'H'
 )
+
+// HelloKey is what an answer to H carries in the key field.
+const HelloKey = "-"
 
 // Protocol limits.
 const (
@@ -31,6 +38,9 @@ const (
 	// room for a random 128-bit value in any common spelling (hex, UUID,
 	// base64) with a prefix, while keeping the lock table's entries small.
 	MaxOwner = 64
+	// MaxSecret is the longest shared secret of H: the longest line holds
+	// "H " and the secret.
+	MaxSecret = MaxLine - 2
 	// MaxLeaseMs is the longest lease a client may ask for.
 	MaxLeaseMs = 86_400_000
 	// MaxWaitMs is the longest finite wait a client may ask for.
@@ -49,12 +59,13 @@ const (
 // and are valid only as long as that input is: whoever keeps an owner past
 // the line (a waiter, the lock table) must copy it.
 type Request struct {
-	Op      byte   // OpAcquire, OpRelease, OpExtend or OpQuery
-	Key     []byte // 1..MaxKey bytes, each > 0x20 and != 0x7f
+	Op      byte   // OpAcquire, OpRelease, OpExtend, OpQuery or OpHello
+	Key     []byte // 1..MaxKey bytes, each > 0x20 and != 0x7f; nil for H
 	LeaseMs uint32 // A and K: 1..MaxLeaseMs
 	WaitMs  int64  // A: WaitForever, WaitNone or 1..MaxWaitMs
 	Token   uint64 // R: 0 when absent; K: never 0
 	Owner   []byte // A: nil when absent, else 1..MaxOwner bytes with a key's byte rules
+	Secret  []byte // H: 1..MaxSecret bytes with a key's byte rules
 }
 
 // ValidKey reports whether key is a well-formed key: 1..MaxKey bytes, none of
@@ -69,4 +80,43 @@ func ValidKey(key []byte) bool {
 // owner with it before sending, since AppendRequest writes whatever it gets.
 func ValidOwner(owner []byte) bool {
 	return len(owner) <= MaxOwner && isWord(owner)
+}
+
+// ValidSecret reports whether secret can be sent in an H request: 1 to
+// MaxSecret bytes, none of them a space, a control byte or DEL (the same
+// rules as a key, so that it is one field of the line).
+func ValidSecret(secret []byte) bool {
+	return len(secret) <= MaxSecret && isWord(secret)
+}
+
+// CheckSecret says why secret cannot be sent in an H request, or returns
+// nil when it can (ValidSecret).
+func CheckSecret(secret []byte) error {
+	switch {
+	case len(secret) == 0:
+		return errEmptySecret
+	case len(secret) > MaxSecret:
+		return errSecretTooLong
+	case !isWord(secret):
+		return errSecretByte
+	}
+	return nil
+}
+
+// ParseSecret reads a shared secret from the contents of a secret file: a
+// trailing newline (LF or CR LF) is not part of it. It fails (CheckSecret)
+// when what is left cannot be sent in an H request, so that a server and
+// its clients refuse such a file alike, and at start.
+func ParseSecret(data []byte) ([]byte, error) {
+	s := data
+	if n := len(s); n > 0 && s[n-1] == '\n' {
+		s = s[:n-1]
+		if n := len(s); n > 0 && s[n-1] == '\r' {
+			s = s[:n-1]
+		}
+	}
+	if err := CheckSecret(s); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

@@ -1,6 +1,9 @@
 package codec
 
-import "errors"
+import (
+	"errors"
+	"strconv"
+)
 
 // ParseError says why a request line cannot be served as written. Code is
 // the one-word ERR code ("badrequest" or "toolong"), Text a short reason.
@@ -20,6 +23,9 @@ const (
 	CodeUnavailable = "unavailable"
 	CodeOverloaded  = "overloaded"
 	CodeInternal    = "internal"
+	// CodeAuth answers an H with the wrong secret, or any other first line
+	// on a server that requires one (protocol 1.2): "H - ERR auth".
+	CodeAuth = "auth"
 )
 
 // The errors of SplitLine and ParseRequest. Their Text goes on the wire after
@@ -33,8 +39,8 @@ var (
 
 	// ErrEmptyLine is a line with no fields at all.
 	ErrEmptyLine = &ParseError{CodeBadRequest, "empty line"}
-	// ErrBadOp is a first field that is not one of the letters A R K Q.
-	ErrBadOp = &ParseError{CodeBadRequest, "op must be A, R, K or Q"}
+	// ErrBadOp is a first field that is not one of the letters A R K Q H.
+	ErrBadOp = &ParseError{CodeBadRequest, "op must be A, R, K, Q or H"}
 	// ErrMissingKey is a line with an op and nothing else.
 	ErrMissingKey = &ParseError{CodeBadRequest, "missing key"}
 	// ErrKeyTooLong is a key of more than MaxKey bytes.
@@ -57,15 +63,30 @@ var (
 	ErrOwnerTooLong = &ParseError{CodeBadRequest, "owner longer than 64 bytes"}
 	// ErrOwnerByte is an acquire whose owner has a control byte or DEL in it.
 	ErrOwnerByte = &ParseError{CodeBadRequest, "owner must not contain control bytes or DEL"}
+	// ErrMissingSecret is an H request without its secret.
+	ErrMissingSecret = &ParseError{CodeBadRequest, "missing secret"}
+	// ErrSecretTooLong is an H request whose secret has more than MaxSecret
+	// bytes (only a caller that parses lines longer than MaxLine sees it).
+	ErrSecretTooLong = &ParseError{CodeBadRequest, "secret longer than 1022 bytes"}
+	// ErrSecretByte is an H request whose secret has a control byte or DEL
+	// in it.
+	ErrSecretByte = &ParseError{CodeBadRequest, "secret must not contain control bytes or DEL"}
 	// ErrExtraField is a request with more fields than its op takes.
 	ErrExtraField = &ParseError{CodeBadRequest, "too many fields"}
+)
+
+// The errors of CheckSecret.
+var (
+	errEmptySecret   = errors.New("the secret is empty")
+	errSecretTooLong = errors.New("the secret is longer than " + strconv.Itoa(MaxSecret) + " bytes")
+	errSecretByte    = errors.New("the secret must not contain spaces, control characters or DEL")
 )
 
 // The errors of ParseResponse. A malformed response means the two ends do
 // not speak the same protocol, so a client should drop the connection; these
 // are plain errors, not ParseErrors, because nothing is answered to them.
 var (
-	// ErrRespOp is a response whose first field is not A R K Q or '?'.
+	// ErrRespOp is a response whose first field is not A R K Q H or '?'.
 	ErrRespOp = errors.New("codec: bad response: bad op")
 	// ErrRespKey is a response whose key is missing or malformed.
 	ErrRespKey = errors.New("codec: bad response: bad key")

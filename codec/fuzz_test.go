@@ -18,6 +18,9 @@ func FuzzParseRequest(f *testing.F) {
 		"A k 1 0 " + strings.Repeat("o", MaxOwner), "A k 1 0 " + strings.Repeat("o", MaxOwner+1),
 		"A k 1 0 " + strings.Repeat("é", MaxOwner/2), "A k 1 0 o\x7f", "A k 1 0 o\tp", "A k 1 0 \x00",
 		"A k 1 0 o x", "A k 1 0 o\r", "A k x o", "R k 1 o", "K k 1 1 o", "Q k o",
+		// H (protocol 1.2).
+		"H s3cret", "  H  s3cret  ", "H", "H ", "H a b", "H a\x7f", "H a\tb", "H \x00", "H s\r",
+		"H " + strings.Repeat("s", MaxSecret), "H " + strings.Repeat("s", MaxSecret+1), "h s", "HH s",
 	} {
 		f.Add([]byte(s))
 	}
@@ -26,6 +29,11 @@ func FuzzParseRequest(f *testing.F) {
 		err := ParseRequest(line, &r)
 		if r.Owner != nil && (r.Op != OpAcquire || !ValidOwner(r.Owner) || cap(r.Owner) != len(r.Owner)) {
 			t.Fatalf("ParseRequest(%q) = %+v, %v: bad owner", line, r, err)
+		}
+		// A secret is set only by a well-formed H, and an H never has a key.
+		if r.Secret != nil && (err != nil || r.Op != OpHello || !ValidSecret(r.Secret) || cap(r.Secret) != len(r.Secret)) ||
+			r.Op == OpHello && r.Key != nil {
+			t.Fatalf("ParseRequest(%q) = %+v, %v: bad secret", line, r, err)
 		}
 		if err != nil {
 			pe, ok := err.(*ParseError)
@@ -46,7 +54,7 @@ func FuzzParseRequest(f *testing.F) {
 			}
 			return
 		}
-		if !ValidKey(r.Key) || !isOp(r.Op) {
+		if r.Op == OpHello && r.Secret == nil || r.Op != OpHello && (!ValidKey(r.Key) || !isOp(r.Op)) {
 			t.Fatalf("ParseRequest(%q) accepted %+v", line, r)
 		}
 		out := AppendRequest(nil, &r)
@@ -119,6 +127,8 @@ func FuzzResponse(f *testing.F) {
 		"Q k HELD 17 9500 client-7", "Q k HELD 1 0 " + strings.Repeat("o", MaxOwner),
 		"Q k HELD 1 0 " + strings.Repeat("o", MaxOwner+1), "Q k HELD 1 2 o x", "Q k HELD 1 2 o\x7f",
 		"Q k HELD 1 2 a\tb", "  Q  k  HELD  1  2  o  ", "A k OK 1 o", "Q k FREE o",
+		// Answers to H (protocol 1.2).
+		"H - OK", "H - ERR auth", "H - ERR badrequest missing secret", "H k OK", "H - OK 1", "H - MOVED h:1",
 	} {
 		f.Add([]byte(s))
 	}

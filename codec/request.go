@@ -13,7 +13,8 @@ import "strconv"
 // last. A key field that is present but malformed leaves r.Key nil: echoing
 // it would make a response line the client could not parse. A malformed
 // owner likewise leaves r.Owner nil, so that nil always means "no usable
-// owner" and a caller never acts on a rejected one.
+// owner" and a caller never acts on a rejected one. An H (protocol 1.2) sets
+// r.Secret and never r.Key; r.Secret is nil unless the line is well-formed.
 func ParseRequest(line []byte, r *Request) error {
 	*r = Request{}
 	var fs fields
@@ -26,6 +27,9 @@ func ParseRequest(line []byte, r *Request) error {
 		return ErrBadOp
 	}
 	r.Op = f[0][0]
+	if r.Op == OpHello {
+		return parseHello(&fs, r)
+	}
 	switch {
 	case fs.n < 2:
 		return ErrMissingKey
@@ -90,6 +94,23 @@ func ParseRequest(line []byte, r *Request) error {
 	return nil
 }
 
+// parseHello parses the fields of "H <secret>" into r.Secret, which stays
+// nil unless the whole line is well-formed.
+func parseHello(fs *fields, r *Request) error {
+	switch {
+	case fs.n < 2:
+		return ErrMissingSecret
+	case len(fs.f[1]) > MaxSecret:
+		return ErrSecretTooLong
+	case !isWord(fs.f[1]):
+		return ErrSecretByte
+	case fs.n > 2:
+		return ErrExtraField
+	}
+	r.Secret = fs.f[1]
+	return nil
+}
+
 // parseLease parses a lease_ms: a decimal in 1..MaxLeaseMs.
 func parseLease(b []byte) (uint32, bool) {
 	v, ok := parseUint(b)
@@ -123,8 +144,13 @@ func parseWait(b []byte) (int64, bool) {
 // that is ParseRequest's job at the other end. A release with Token 0 is
 // written without a token, an acquire with an empty Owner without an owner
 // (a plain version 1 acquire); an Owner on any other op is not written,
-// since only A takes one.
+// since only A takes one. An H is written with its Secret and no key.
 func AppendRequest(dst []byte, r *Request) []byte {
+	if r.Op == OpHello {
+		dst = append(dst, OpHello, ' ')
+		dst = append(dst, r.Secret...)
+		return append(dst, '\n')
+	}
 	dst = append(dst, r.Op, ' ')
 	dst = append(dst, r.Key...)
 	switch r.Op {
@@ -152,15 +178,20 @@ func AppendRequest(dst []byte, r *Request) []byte {
 }
 
 // AppendParseError appends the ERR response to a request that failed to
-// parse with err: "<op> <key> ERR <code> <text>" when r.Key was read, else
-// "? - ERR <code> <text>". ErrTooLong is always answered "? - ...", since
-// SplitLine never got to fill a Request and r may still hold the previous
-// line's op and key; r may be nil.
+// parse with err: "<op> <key> ERR <code> <text>" when r.Key was read,
+// "H - ERR <code> <text>" for a malformed H, else "? - ERR <code> <text>".
+// ErrTooLong is always answered "? - ...", since SplitLine never got to fill
+// a Request and r may still hold the previous line's op and key; r may be
+// nil.
 func AppendParseError(dst []byte, r *Request, err *ParseError) []byte {
-	if r == nil || len(r.Key) == 0 || err.Code == CodeTooLong {
+	switch op := ParseErrorOp(r, err); op {
+	case '?':
 		dst = append(dst, "? -"...)
-	} else {
-		dst = append(dst, r.Op, ' ')
+	case OpHello:
+		dst = append(dst, OpHello, ' ')
+		dst = append(dst, HelloKey...)
+	default:
+		dst = append(dst, op, ' ')
 		dst = append(dst, r.Key...)
 	}
 	dst = append(dst, " ERR "...)
@@ -168,4 +199,18 @@ func AppendParseError(dst []byte, r *Request, err *ParseError) []byte {
 	dst = append(dst, ' ')
 	dst = append(dst, err.Text...)
 	return append(dst, '\n')
+}
+
+// ParseErrorOp is the op AppendParseError answers r and err with: r's op,
+// or '?' when the line's op and key are unknown.
+func ParseErrorOp(r *Request, err *ParseError) byte {
+	switch {
+	case r == nil || err.Code == CodeTooLong:
+		return '?'
+	case r.Op == OpHello:
+		return OpHello
+	case len(r.Key) == 0:
+		return '?'
+	}
+	return r.Op
 }

@@ -17,6 +17,9 @@ var (
 	// The limit counts bytes, not runes: 32 two-byte runes fill it.
 	ownerUTF64 = strings.Repeat("é", MaxOwner/2)
 	ownerUTF66 = strings.Repeat("é", MaxOwner/2+1)
+
+	// The longest secret fills the longest line with "H ".
+	secretMax = strings.Repeat("s", MaxSecret)
 )
 
 func TestParseRequest(t *testing.T) {
@@ -141,6 +144,21 @@ func TestParseRequest(t *testing.T) {
 		{"Q k client-7", Request{Op: 'Q', Key: []byte("k")}, ErrExtraField},
 		{"R k client-7", Request{Op: 'R', Key: []byte("k")}, ErrBadToken},
 
+		// H (protocol 1.2): a secret and no key.
+		{"H s3cret", Request{Op: 'H', Secret: []byte("s3cret")}, nil},
+		{"  H   s3cret  ", Request{Op: 'H', Secret: []byte("s3cret")}, nil},
+		{"H " + secretMax, Request{Op: 'H', Secret: []byte(secretMax)}, nil},
+		{"H \xff\x80!~", Request{Op: 'H', Secret: []byte("\xff\x80!~")}, nil},
+		{"H " + secretMax + "x", Request{Op: 'H'}, ErrSecretTooLong},
+		{"H", Request{Op: 'H'}, ErrMissingSecret},
+		{"H   ", Request{Op: 'H'}, ErrMissingSecret},
+		{"H a\x7fb", Request{Op: 'H'}, ErrSecretByte},
+		{"H a\tb", Request{Op: 'H'}, ErrSecretByte},
+		{"H s\r", Request{Op: 'H'}, ErrSecretByte},
+		{"H two words", Request{Op: 'H'}, ErrExtraField},
+		{"h s3cret", Request{}, ErrBadOp},
+		{"HH s3cret", Request{}, ErrBadOp},
+
 		// Extra fields.
 		{"R k 1 x", Request{Op: 'R', Key: []byte("k"), Token: 1}, ErrExtraField},
 		{"K k 1 1 1", Request{Op: 'K', Key: []byte("k"), Token: 1, LeaseMs: 1}, ErrExtraField},
@@ -149,7 +167,7 @@ func TestParseRequest(t *testing.T) {
 	}
 	for _, tt := range tests {
 		// Start from a dirty Request: ParseRequest must overwrite all of it.
-		r := Request{Op: 'Z', Key: []byte("stale"), LeaseMs: 9, WaitMs: 9, Token: 9, Owner: []byte("stale")}
+		r := Request{Op: 'Z', Key: []byte("stale"), LeaseMs: 9, WaitMs: 9, Token: 9, Owner: []byte("stale"), Secret: []byte("stale")}
 		err := ParseRequest([]byte(tt.line), &r)
 		if err != tt.err {
 			t.Errorf("ParseRequest(%q) error = %v, want %v", tt.line, err, tt.err)
@@ -163,6 +181,9 @@ func TestParseRequest(t *testing.T) {
 		// Absent is nil, not empty: the engine tells "no owner" by nil.
 		if tt.want.Owner == nil && r.Owner != nil {
 			t.Errorf("ParseRequest(%q): Owner = %q, want nil", tt.line, r.Owner)
+		}
+		if tt.want.Secret == nil && r.Secret != nil {
+			t.Errorf("ParseRequest(%q): Secret = %q, want nil", tt.line, r.Secret)
 		}
 		// An owner is a sub-slice of the line that cannot be appended over it.
 		if r.Owner != nil && (cap(r.Owner) != len(r.Owner) || !bytes.Contains([]byte(tt.line), r.Owner)) {
@@ -214,7 +235,8 @@ func TestValidOwner(t *testing.T) {
 
 func equalRequest(a, b *Request) bool {
 	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.LeaseMs == b.LeaseMs &&
-		a.WaitMs == b.WaitMs && a.Token == b.Token && bytes.Equal(a.Owner, b.Owner)
+		a.WaitMs == b.WaitMs && a.Token == b.Token && bytes.Equal(a.Owner, b.Owner) &&
+		bytes.Equal(a.Secret, b.Secret)
 }
 
 // onWire is r reduced to the fields its op puts on the wire, which is what
@@ -231,6 +253,8 @@ func onWire(r Request) Request {
 		w.Token = r.Token
 	case OpExtend:
 		w.Token, w.LeaseMs = r.Token, r.LeaseMs
+	case OpHello:
+		w.Key, w.Secret = nil, r.Secret
 	}
 	return w
 }
@@ -240,7 +264,8 @@ func onWire(r Request) Request {
 func TestErrorTexts(t *testing.T) {
 	all := []*ParseError{ErrTooLong, ErrEmptyLine, ErrBadOp, ErrMissingKey, ErrKeyTooLong,
 		ErrKeyByte, ErrMissingLease, ErrBadLease, ErrMissingWait, ErrBadWait,
-		ErrMissingToken, ErrBadToken, ErrOwnerTooLong, ErrOwnerByte, ErrExtraField}
+		ErrMissingToken, ErrBadToken, ErrOwnerTooLong, ErrOwnerByte, ErrMissingSecret,
+		ErrSecretTooLong, ErrSecretByte, ErrExtraField}
 	seen := map[string]bool{}
 	for _, e := range all {
 		if seen[e.Text] {
@@ -260,6 +285,7 @@ func TestErrorTexts(t *testing.T) {
 	}{
 		{ErrTooLong, MaxLine}, {ErrKeyTooLong, MaxKey}, {ErrBadLease, MaxLeaseMs},
 		{ErrBadWait, MaxWaitMs}, {ErrBadToken, 1<<64 - 1}, {ErrOwnerTooLong, MaxOwner},
+		{ErrSecretTooLong, MaxSecret},
 	} {
 		if !strings.Contains(c.e.Text, strconv.FormatUint(c.n, 10)) {
 			t.Errorf("%q does not quote %d", c.e.Text, c.n)
@@ -267,6 +293,57 @@ func TestErrorTexts(t *testing.T) {
 	}
 	if ErrTooLong.Code != CodeTooLong {
 		t.Errorf("ErrTooLong.Code = %q", ErrTooLong.Code)
+	}
+}
+
+func TestValidSecret(t *testing.T) {
+	for _, tt := range []struct {
+		secret string
+		ok     bool
+	}{
+		{"s", true}, {secretMax, true}, {"\xff\x80!~", true},
+		{"", false}, {secretMax + "s", false}, {"a b", false}, {"a\tb", false}, {"a\x7f", false}, {"a\n", false},
+	} {
+		if got := ValidSecret([]byte(tt.secret)); got != tt.ok {
+			t.Errorf("ValidSecret(%.20q) = %v, want %v", tt.secret, got, tt.ok)
+		}
+		if err := CheckSecret([]byte(tt.secret)); (err == nil) != tt.ok {
+			t.Errorf("CheckSecret(%.20q) = %v, want ok %v", tt.secret, err, tt.ok)
+		}
+	}
+}
+
+func TestParseSecret(t *testing.T) {
+	for _, tt := range []struct {
+		file string
+		want string // "" means an error
+	}{
+		{"s3cret", "s3cret"},
+		{"s3cret\n", "s3cret"},
+		{"s3cret\r\n", "s3cret"},
+		{secretMax + "\n", secretMax},
+		// Only one trailing newline is the file's: what is left must be a
+		// secret that H can carry.
+		{"s3cret\n\n", ""},
+		{"", ""},
+		{"\n", ""},
+		{"\r\n", ""},
+		{"two words\n", ""},
+		{" s3cret", ""},
+		{"s3cret\t\n", ""},
+		{"line1\nline2\n", ""},
+		{secretMax + "s", ""},
+	} {
+		got, err := ParseSecret([]byte(tt.file))
+		if tt.want == "" {
+			if err == nil {
+				t.Errorf("ParseSecret(%.20q) = %q, want an error", tt.file, got)
+			}
+			continue
+		}
+		if err != nil || string(got) != tt.want {
+			t.Errorf("ParseSecret(%.20q) = %.20q, %v; want %.20q", tt.file, got, err, tt.want)
+		}
 	}
 }
 
@@ -333,6 +410,9 @@ func TestAppendRequest(t *testing.T) {
 		{Request{Op: 'R', Key: []byte("k"), Token: 3, Owner: []byte("o")}, "R k 3\n"},
 		{Request{Op: 'K', Key: []byte("k"), Token: 3, LeaseMs: 1, Owner: []byte("o")}, "K k 3 1\n"},
 		{Request{Op: 'Q', Key: []byte("k"), Owner: []byte("o")}, "Q k\n"},
+		// H: its secret, never a key.
+		{Request{Op: 'H', Secret: []byte("s3cret")}, "H s3cret\n"},
+		{Request{Op: 'H', Key: []byte("k"), Secret: []byte(secretMax)}, "H " + secretMax + "\n"},
 	}
 	for _, tt := range tests {
 		got := AppendRequest([]byte("prefix|"), &tt.r)
@@ -355,7 +435,10 @@ func TestAppendParseError(t *testing.T) {
 		want string
 	}{
 		{"", "? - ERR badrequest empty line\n"},
-		{"x k", "? - ERR badrequest op must be A, R, K or Q\n"},
+		{"x k", "? - ERR badrequest op must be A, R, K, Q or H\n"},
+		{"H", "H - ERR badrequest missing secret\n"},
+		{"H a b", "H - ERR badrequest too many fields\n"},
+		{"H a\x01", "H - ERR badrequest secret must not contain control bytes or DEL\n"},
 		{"A " + key251 + " 1 0", "? - ERR badrequest key longer than 250 bytes\n"},
 		{"A a\x01 1 0", "? - ERR badrequest key must not contain control bytes or DEL\n"},
 		{"A", "? - ERR badrequest missing key\n"},

@@ -39,12 +39,13 @@ func (s Status) String() string {
 }
 
 // fits reports whether a response to op may have status s, per the
-// protocol's table: OK to A R K, TIMEOUT to A, NOTHELD to R K, HELD and FREE
-// to Q, MOVED to any op, ERR to any op and to an unreadable line ('?').
+// protocol's table: OK to A R K H, TIMEOUT to A, NOTHELD to R K, HELD and
+// FREE to Q, MOVED to any op but H, ERR to any op and to an unreadable line
+// ('?').
 func (s Status) fits(op byte) bool {
 	switch s {
 	case StatusOK:
-		return op == OpAcquire || op == OpRelease || op == OpExtend
+		return op == OpAcquire || op == OpRelease || op == OpExtend || op == OpHello
 	case StatusTimeout:
 		return op == OpAcquire
 	case StatusNotHeld:
@@ -52,7 +53,7 @@ func (s Status) fits(op byte) bool {
 	case StatusHeld, StatusFree:
 		return op == OpQuery
 	case StatusMoved:
-		return isOp(op)
+		return isKeyOp(op)
 	case StatusErr:
 		return isOp(op) || op == '?'
 	}
@@ -63,7 +64,7 @@ func (s Status) fits(op byte) bool {
 // caller's data when formatting).
 type Response struct {
 	Op          byte   // the request's op letter, or '?' when it was unreadable
-	Key         []byte // the request's key, or "-" when it was unreadable
+	Key         []byte // the request's key, or "-" (HelloKey) for H and an unreadable line
 	Status      Status
 	Token       uint64 // A OK and Q HELD
 	RemainingMs uint64 // Q HELD
@@ -125,7 +126,8 @@ func AppendResponse(dst []byte, r *Response) []byte {
 //
 // Every form of the protocol is accepted, and nothing else: the status must
 // fit the op, tokens are never 0, the MOVED address and the ERR code are one
-// word each, and the optional owner of HELD is a valid owner (ValidOwner;
+// word each, the key of an answer to H is "-", and the optional owner of
+// HELD is a valid owner (ValidOwner;
 // anything else there is ErrRespValue, and r.Owner stays nil). The ERR text
 // is the rest of the line after the code, with the spaces around it dropped;
 // it may be empty and must not hold control bytes. Every error is one of the
@@ -139,7 +141,7 @@ func ParseResponse(line []byte, r *Response) error {
 		return ErrRespOp
 	}
 	r.Op = f[0][0]
-	if fs.n < 2 || !ValidKey(f[1]) {
+	if fs.n < 2 || !ValidKey(f[1]) || r.Op == OpHello && string(f[1]) != HelloKey {
 		return ErrRespKey
 	}
 	r.Key = f[1]

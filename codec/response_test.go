@@ -40,6 +40,10 @@ func TestResponseRoundTrip(t *testing.T) {
 		{Response{Op: '?', Key: b("-"), Status: StatusErr, Code: b("toolong"), Text: b("line longer than 1024 bytes")},
 			"? - ERR toolong line longer than 1024 bytes"},
 		{Response{Op: 'R', Key: b("ключ"), Status: StatusErr, Code: b("overloaded"), Text: b("a  b")}, "R ключ ERR overloaded a  b"},
+		// Answers to H (protocol 1.2).
+		{Response{Op: 'H', Key: b("-"), Status: StatusOK}, "H - OK"},
+		{Response{Op: 'H', Key: b("-"), Status: StatusErr, Code: b("auth")}, "H - ERR auth"},
+		{Response{Op: 'H', Key: b("-"), Status: StatusErr, Code: b("badrequest"), Text: b("missing secret")}, "H - ERR badrequest missing secret"},
 	}
 	for _, tt := range tests {
 		got := AppendResponse(nil, &tt.r)
@@ -156,6 +160,14 @@ func TestParseResponseErrors(t *testing.T) {
 		{"Q k HELD 1 x o", ErrRespValue},
 		{"Q k FREE x", ErrRespExtraField},
 		{"A k MOVED h:1 h:2", ErrRespExtraField},
+		{"H k OK", ErrRespKey},
+		{"H", ErrRespKey},
+		{"H - TIMEOUT", ErrRespStatus},
+		{"H - NOTHELD", ErrRespStatus},
+		{"H - FREE", ErrRespStatus},
+		{"H - MOVED h:1", ErrRespStatus},
+		{"H - OK 1", ErrRespExtraField},
+		{"H - ERR", ErrRespValue},
 	}
 	for _, tt := range tests {
 		var r Response

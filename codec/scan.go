@@ -76,6 +76,12 @@ func (fs *fields) split(line []byte) {
 
 // isOp reports whether c is a request op letter.
 func isOp(c byte) bool {
+	return isKeyOp(c) || c == OpHello
+}
+
+// isKeyOp reports whether c is the op letter of a request about a key,
+// which every op but H is.
+func isKeyOp(c byte) bool {
 	return c == OpAcquire || c == OpRelease || c == OpExtend || c == OpQuery
 }
 

@@ -29,6 +29,9 @@ func mixedLines(n int) []byte {
 		"Q bad\x7fkey/%d\n",
 		"A orders/%d 10000\n",
 		"Q k\r\r\n",
+		"H s3cret/%d\r\n",
+		"H\n",
+		"H s3cret %d\n",
 	}
 	var buf []byte
 	for i := range n {

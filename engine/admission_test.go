@@ -90,7 +90,7 @@ func TestWaiterLimits(t *testing.T) {
 			if got := answers(first); len(got) != 1 || got[0] != tc.refused {
 				t.Fatalf("third acquire: %q, want %q", got, tc.refused)
 			}
-			closeConn(s, second)
+			s.node.closeConn(second)
 			if n := s.node.adm.waiters.Load(); n != map[bool]int64{true: 0, false: 1}[tc.sameCon] {
 				t.Fatalf("%d waiters counted after a close", n)
 			}
@@ -120,7 +120,7 @@ func TestWaiterCountReturnsToZero(t *testing.T) {
 	s.fireTimers(monoNow())
 	p, cmds := take(t, s)
 	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 7})
-	closeConn(s, gone)
+	s.node.closeConn(gone)
 	if got := answers(cs); len(got) != 2 {
 		t.Fatalf("answers %q, want TIMEOUT twice", got)
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,6 +57,26 @@ type Config struct {
 	// its default (DefaultLimits).
 	Limits Limits
 	Logger *slog.Logger
+
+	// Access control and TLS (protocol 1.2; security.go).
+
+	// AuthSecret, when set, is the shared secret every client connection
+	// must send first ("H <secret>"); codec.ParseSecret reads it from a
+	// file.
+	AuthSecret []byte
+	// TLSListen, when set, is a second client address, served over TLS,
+	// on top of this node's ClientAddr.
+	TLSListen string
+	// TLS is the server configuration of TLSListen (LoadClientTLS makes
+	// one from PEM files).
+	TLS *tls.Config
+	// TLSPeers, when set, is the TLS client address of every member, in
+	// the order of Peers: a request that came over TLS is sent there by
+	// MOVED. Without it, MOVED names the members' ClientAddr. TLSListen
+	// defaults to this node's entry.
+	TLSPeers []string
+	// RaftTLS, when set, makes the Raft transport mutual TLS.
+	RaftTLS *RaftTLS
 }
 
 // Raft log stores (Config.RaftLog).
@@ -134,7 +155,7 @@ func (c *Config) validate() error {
 			return fmt.Errorf("--raft-listen: bad address %q", c.RaftListen)
 		}
 	}
-	return nil
+	return c.validateSecurity()
 }
 
 // Limits bound what clients can make a node hold, so that no client can
@@ -143,8 +164,8 @@ func (c *Config) validate() error {
 // docs/protocol.md lists them with their flags. Each is checked in one
 // place, named beside it.
 type Limits struct {
-	// MaxConns is the number of client connections open at once
-	// (server.OnOpen).
+	// MaxConns is the number of client connections open at once, plain
+	// and TLS (Node.openConn).
 	MaxConns int
 	// MaxWaitersPerConn is the number of unanswered acquires of one
 	// connection (connState.addWaiter).

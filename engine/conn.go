@@ -1,52 +1,90 @@
 package engine
 
 import (
+	"io"
 	"sync"
 	"sync/atomic"
 
 	"github.com/baton-dev/baton/codec"
-	"github.com/panjf2000/gnet/v2"
 	"github.com/valyala/bytebufferpool"
 )
 
+// transport is the socket under a connState: a gnet connection (server.go)
+// or a TLS one (tls.go). Everything above it, parsing, serving, answering
+// and the limits and metrics of connections, is the same for both
+// (serve.go and this file).
+type transport interface {
+	// wake asks for the queued answers to be written soon, by whoever
+	// writes this connection's socket (its event loop, its writer
+	// goroutine). It must not block: it is called under shard locks.
+	wake()
+	// cut closes a connection the limits cut off (connState.cut), without
+	// waiting for whoever writes its socket, which may be blocked on the
+	// client. It is called without cs.mu and must not block.
+	cut()
+	// recheck asks the connection to look at its unsent bytes again and
+	// cut itself off if the node is still over MaxUnsent
+	// (unsentLedger.shed picked it). It must not block.
+	recheck()
+	// peerClosed asks the kernel, without waiting, whether the client has
+	// closed its end (see peerGone).
+	peerClosed() bool
+	// remoteAddr is the client's address, for log lines.
+	remoteAddr() string
+}
+
 // connState is what the engine knows of one client connection.
 //
-// Responses are produced on several goroutines (the event loop for answers
-// it can give at once, the shards' apply and timer goroutines for the rest).
-// They are appended to out under mu; whoever appends first after a flush
-// asks the event loop to flush (Wake), so a burst of responses costs one
-// wake-up and one write. out comes from a pool and goes back after each
-// flush, so an idle connection holds no output buffer at all.
+// Responses are produced on several goroutines (the connection's reader, an
+// event loop or a TLS connection's goroutine, for answers it can give at
+// once, the shards' apply and timer goroutines for the rest). They are
+// appended to out under mu; whoever appends first after a flush asks the
+// transport to flush (wake), so a burst of responses costs one wake-up and
+// one write. out comes from a pool and goes back after each flush, so an
+// idle connection holds no output buffer at all.
 type connState struct {
-	c   gnet.Conn
+	t   transport
 	adm *admission   // the node's limits and counts
 	m   *nodeMetrics // counts every answer queued here (send, sendParseError)
 
 	mu       sync.Mutex
 	out      *bytebufferpool.ByteBuffer // nil when nothing is queued
-	flushing bool                       // the loop will flush out soon: OnTraffic runs or a Wake is queued
-	closed   bool                       // OnClose ran, or cutOff: drop output, enqueue no waiters
+	flushing bool                       // a flush is on its way: the reader serves input, or a wake is queued
+	closed   bool                       // the connection ended (closeConn), or cutOff: drop output, enqueue no waiters
 	waiters  *waiter                    // this connection's unanswered acquires (cprev/cnext list)
 	nwaiters int                        // length of waiters
-	// cutOff: too many answers wait for the client to take them
-	// (limitUnsentPerConn); the event loop closes the connection.
+	// cutOff: too many answers wait for the client to take them (cutBy
+	// says which limit); the connection is being closed.
 	cutOff bool
+	cutBy  limitKind
+
+	// writing is the size of the flush under way: answers taken from out
+	// that the socket has not taken yet. They count against
+	// MaxUnsentPerConn with out; a TLS connection's Write blocks while its
+	// client does not read.
+	writing atomic.Int64
 
 	// alivePolledAt is the apply time (monoNow of one applied entry) at
 	// which the kernel last said the peer was still there; see peerGone.
 	alivePolledAt atomic.Int64
 
-	// Used only on the connection's event loop.
-	touched []*shard // shards that got commands during this OnTraffic
-	unsent  int64    // bytes gnet held for the client after the last flush (unsentLedger)
-	// listed counts the waiters ever added. Only the event loop adds them
+	// Used only by the connection's reader (its event loop, or its TLS
+	// goroutine).
+	touched []*shard // shards that got commands from the input being served
+	authed  bool     // an H with the right secret was received (Node.secretHash)
+	// listed counts the waiters ever added. Only the reader adds them
 	// (addWaiter), so it may read this without mu: an acquire that listed
 	// no waiter was answered on receipt.
 	listed uint64
+
+	// unsent is the bytes the socket had not taken at the last settle
+	// (unsentLedger); used only by the goroutine that settles them (the
+	// event loop, or the TLS writer).
+	unsent int64
 }
 
-func newConnState(c gnet.Conn, adm *admission, m *nodeMetrics) *connState {
-	return &connState{c: c, adm: adm, m: m}
+func newConnState(t transport, adm *admission, m *nodeMetrics) *connState {
+	return &connState{t: t, adm: adm, m: m}
 }
 
 // send appends one response and makes sure it will be flushed.
@@ -68,11 +106,7 @@ func (cs *connState) sendParseError(r *codec.Request, perr *codec.ParseError) {
 		cs.mu.Unlock()
 		return
 	}
-	op := byte('?') // as AppendParseError writes it
-	if r != nil && len(r.Key) > 0 && perr.Code != codec.CodeTooLong {
-		op = r.Op
-	}
-	cs.m.answered(op, codec.StatusErr, bytesOf(perr.Code))
+	cs.m.answered(codec.ParseErrorOp(r, perr), codec.StatusErr, bytesOf(perr.Code))
 	cs.buffer().B = codec.AppendParseError(cs.out.B, r, perr)
 	cs.unlockAndWake()
 }
@@ -86,24 +120,29 @@ func (cs *connState) buffer() *bytebufferpool.ByteBuffer {
 }
 
 // unlockAndWake releases mu after an append and, if no flush is on its way,
-// asks the event loop for one. Answers the loop has not flushed yet count
-// against MaxUnsentPerConn like those gnet holds: a burst of them (grants of
-// thousands of the connection's waiters in one entry) is cut off here
-// rather than copied into gnet first.
+// asks the transport for one. Answers not written yet (queued, or in the
+// flush under way) count against MaxUnsentPerConn like those the socket
+// holds: a burst of them (grants of thousands of the connection's waiters
+// in one entry) is cut off here rather than copied into gnet first, and a
+// TLS client that does not read is cut off here.
 func (cs *connState) unlockAndWake() {
-	if len(cs.out.B) > cs.adm.limits.MaxUnsentPerConn {
-		cs.cutLocked()
+	cut := int64(len(cs.out.B))+cs.writing.Load() > int64(cs.adm.limits.MaxUnsentPerConn)
+	if cut {
+		cs.cutLocked(limitUnsentPerConn)
 	}
 	wake := !cs.flushing
 	cs.flushing = true
 	cs.mu.Unlock()
 	if wake {
-		_ = cs.c.Wake(nil) // fails only when the connection is gone
+		cs.t.wake()
+	}
+	if cut {
+		cs.t.cut()
 	}
 }
 
-// beginTraffic marks that the loop is about to flush, so that responses
-// produced meanwhile do not queue a redundant Wake. It reports whether the
+// beginTraffic marks that the reader is about to flush, so that responses
+// produced meanwhile do not queue a redundant wake. It reports whether the
 // connection was cut off meanwhile, to be closed instead.
 func (cs *connState) beginTraffic() (cutOff bool) {
 	cs.mu.Lock()
@@ -112,32 +151,62 @@ func (cs *connState) beginTraffic() (cutOff bool) {
 	return cs.cutOff
 }
 
-// flush writes everything queued; it runs on the event loop. It reports
-// whether the connection was cut off, to be closed instead.
-func (cs *connState) flush() (cutOff bool) {
+// flush writes everything queued to w, the connection's socket; only the
+// one goroutine that writes the socket calls it. w must be done with the
+// bytes when Write returns (gnet copies what it cannot send at once into its
+// outbound buffer), since they go back to the pool. It reports whether the
+// connection was cut off, to be closed instead, and w's error.
+func (cs *connState) flush(w io.Writer) (cutOff bool, err error) {
 	cs.mu.Lock()
 	buf := cs.out
 	cs.out = nil
 	cs.flushing = false
 	cutOff = cs.cutOff
+	if buf != nil {
+		cs.writing.Store(int64(len(buf.B)))
+	}
 	cs.mu.Unlock()
 	if buf == nil {
-		return cutOff
+		return cutOff, nil
 	}
-	// Write completes synchronously or copies the rest into gnet's outbound
-	// buffer, so buf can go back to the pool when it returns.
-	_, _ = cs.c.Write(buf.B)
+	_, err = w.Write(buf.B)
+	cs.writing.Store(0)
 	bytebufferpool.Put(buf)
-	return false
+	return false, err
 }
 
-// cutLocked cuts the connection off: its output is dropped and it takes no
-// more waiters, as if closed (a grant that lands for it is released at once);
-// the event loop closes it at its next flush. mu must be held.
-func (cs *connState) cutLocked() {
-	cs.cutOff, cs.closed = true, true
-	bytebufferpool.Put(cs.out)
-	cs.out = nil
+// cut cuts the connection off for limit (unsentLedger's verdicts), unless
+// it is closed already.
+func (cs *connState) cut(limit limitKind) {
+	cs.mu.Lock()
+	first := !cs.closed
+	if first {
+		cs.cutLocked(limit)
+	}
+	cs.mu.Unlock()
+	if first {
+		cs.t.cut()
+	}
+}
+
+// cutLocked cuts the connection off for limit: its output is dropped and it
+// takes no more waiters, as if closed (a grant that lands for it is
+// released at once); the transport closes it (its event loop at the next
+// flush, or transport.cut), and closeConn logs the limit hit. mu must be
+// held.
+func (cs *connState) cutLocked(limit limitKind) {
+	cs.cutOff, cs.closed, cs.cutBy = true, true, limit
+	if cs.out != nil {
+		bytebufferpool.Put(cs.out)
+		cs.out = nil
+	}
+}
+
+// cutOffBy reports the limit that cut the connection off, if one did.
+func (cs *connState) cutOffBy() (limit limitKind, cut bool) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.cutBy, cs.cutOff
 }
 
 // addResult says whether a waiter could be added to its connection.
@@ -245,14 +314,15 @@ func (cs *connState) peerGone(now int64) bool {
 	if cs.alivePolledAt.Load() == now {
 		return false
 	}
-	if socketClosedByPeer(cs.c.Fd()) {
+	if cs.t.peerClosed() {
 		return true
 	}
 	cs.alivePolledAt.Store(now)
 	return false
 }
 
-// touch remembers that s has new commands to propose after this OnTraffic.
+// touch remembers that s has new commands to propose once the input at hand
+// is served.
 func (cs *connState) touch(s *shard) {
 	for _, t := range cs.touched {
 		if t == s {

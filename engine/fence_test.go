@@ -95,7 +95,7 @@ func TestGrantForNobodyKeptWhenNotServing(t *testing.T) {
 	cs := newConn()
 	request(t, s, cs, "A k 10000 5000 o1")
 	p, cmds := take(t, s)
-	closeConn(s, cs)
+	s.node.closeConn(cs)
 	s.leaderUpdated(2)
 	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
 	s.mu.Lock()

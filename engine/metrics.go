@@ -64,9 +64,9 @@ type shardStats struct {
 }
 
 // Ops in series labels; opIndex maps an op letter to its place.
-const numOps = 4
+const numOps = 5
 
-var opLabels = [numOps + 1]string{"A", "R", "K", "Q", "?"}
+var opLabels = [numOps + 1]string{"A", "R", "K", "Q", "H", "?"}
 
 func opIndex(op byte) int {
 	switch op {
@@ -78,6 +78,8 @@ func opIndex(op byte) int {
 		return 2
 	case codec.OpQuery:
 		return 3
+	case codec.OpHello:
+		return 4
 	}
 	return numOps
 }
@@ -86,16 +88,17 @@ func opIndex(op byte) int {
 const numStatuses = int(codec.StatusErr) + 1
 
 // answerStatuses are the answers other than ERR the protocol has for each
-// op (MOVED for every op).
+// op (MOVED for every op but H).
 var answerStatuses = [numOps][]codec.Status{
 	{codec.StatusOK, codec.StatusTimeout, codec.StatusMoved},
 	{codec.StatusOK, codec.StatusNotHeld, codec.StatusMoved},
 	{codec.StatusOK, codec.StatusNotHeld, codec.StatusMoved},
 	{codec.StatusFree, codec.StatusHeld, codec.StatusMoved},
+	{codec.StatusOK},
 }
 
 // errCodes are the ERR codes counted by name; any other is "other".
-var errCodes = [...]string{codec.CodeBadRequest, codec.CodeTooLong, codec.CodeUnavailable, codec.CodeOverloaded, codec.CodeInternal}
+var errCodes = [...]string{codec.CodeBadRequest, codec.CodeTooLong, codec.CodeUnavailable, codec.CodeOverloaded, codec.CodeInternal, codec.CodeAuth}
 
 func codeIndex(code []byte) int {
 	for i, c := range errCodes {

@@ -127,6 +127,12 @@ func TestAnswersCounted(t *testing.T) {
 			`baton_answers_total{op="?",answer="ERR",code="badrequest"}`},
 		{"line too long", func(cs *connState) { cs.sendParseError(bad, codec.ErrTooLong) },
 			`baton_answers_total{op="?",answer="ERR",code="toolong"}`},
+		{"H OK", func(cs *connState) { cs.send(&helloOK) },
+			`baton_answers_total{op="H",answer="OK"}`},
+		{"H ERR auth", func(cs *connState) { cs.send(&helloRefuse) },
+			`baton_answers_total{op="H",answer="ERR",code="auth"}`},
+		{"malformed H", func(cs *connState) { cs.sendParseError(&codec.Request{Op: codec.OpHello}, codec.ErrMissingSecret) },
+			`baton_answers_total{op="H",answer="ERR",code="badrequest"}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -65,9 +65,15 @@ type Node struct {
 	proposerID uint64   // random per start: tells our entries from replays
 	sessions   []*client.Session
 	server     *server
+	tlsServer  *tlsServer // nil without Config.TLSListen
 	metrics    *nodeMetrics
 	adm        *admission // the limits, and the counts they bound
 	started    time.Time
+
+	// Access control (serve.go).
+	secretHash        []byte   // hashSecret(Config.AuthSecret); nil: no H needed
+	refusals          logLimit // H refused
+	handshakeFailures logLimit // TLS handshakes that failed
 
 	draining atomic.Bool // stopping: hand leadership off, never pull it
 	stopOnce sync.Once
@@ -94,8 +100,12 @@ func Start(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	me := cfg.Peers[cfg.ID-1]
+	cfg.TLSListen = cfg.tlsListen()
 	// Fail fast, before any state is touched, when a port is taken.
-	for _, a := range []string{me.ClientAddr, cfg.raftListen()} {
+	for _, a := range []string{me.ClientAddr, cfg.raftListen(), cfg.TLSListen} {
+		if a == "" {
+			continue
+		}
 		l, err := net.Listen("tcp", a)
 		if err != nil {
 			return nil, fmt.Errorf("cannot listen on %s: %w", a, unwrapSyscall(err))
@@ -106,7 +116,8 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{}), started: time.Now()}
+	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{}), started: time.Now(),
+		secretHash: hashSecret(cfg.AuthSecret)}
 	n.tracing = n.log.Enabled(context.Background(), slog.LevelDebug)
 	n.adm = newAdmission(cfg.Limits, n.log)
 	n.metrics = newNodeMetrics()
@@ -132,7 +143,7 @@ func (n *Node) start() error {
 	n.registerGauges()
 	me := n.cfg.Peers[n.cfg.ID-1]
 	quietDragonboat(n.log)
-	n.nh, err = dragonboat.NewNodeHost(config.NodeHostConfig{
+	nhc := config.NodeHostConfig{
 		NodeHostDir:       filepath.Join(n.cfg.DataDir, raftDir),
 		RTTMillisecond:    uint64(n.cfg.RTT / time.Millisecond),
 		RaftAddress:       me.RaftAddr,
@@ -140,7 +151,11 @@ func (n *Node) start() error {
 		RaftEventListener: n,
 		EnableMetrics:     true, // dragonboat's series, in the library's default set (/metrics)
 		Expert:            raftStorageConfig(n.cfg.RaftLog),
-	})
+	}
+	if n.cfg.RaftTLS != nil {
+		n.cfg.RaftTLS.apply(&nhc)
+	}
+	n.nh, err = dragonboat.NewNodeHost(nhc)
 	if err != nil {
 		return fmt.Errorf("start raft on %s: %w", n.cfg.raftListen(), err)
 	}
@@ -190,7 +205,16 @@ func (n *Node) start() error {
 	if err := n.server.start(me.ClientAddr); err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", me.ClientAddr, unwrapSyscall(err))
 	}
+	if n.cfg.TLSListen != "" {
+		if n.tlsServer, err = startTLS(n, n.cfg.TLSListen, n.cfg.TLS); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = n.server.stop(ctx)
+			cancel()
+			return fmt.Errorf("cannot listen on %s: %w", n.cfg.TLSListen, unwrapSyscall(err))
+		}
+	}
 	n.logStarted()
+	n.warnIfOpen()
 	return nil
 }
 
@@ -200,7 +224,8 @@ func (n *Node) logStarted() {
 	n.log.Info("batond started", "id", n.cfg.ID, "client", me.ClientAddr, "raft", me.RaftAddr,
 		"raft_listen", n.cfg.raftListen(), "data", n.cfg.DataDir, "shards", n.cfg.Shards,
 		"peers", joinPeers(n.cfg.peerStrings()), "rtt", n.cfg.RTT.String(), "snapshot_entries", n.cfg.SnapshotEntries,
-		"raft_log", n.cfg.RaftLog, "limits", n.cfg.Limits)
+		"raft_log", n.cfg.RaftLog, "limits", n.cfg.Limits,
+		"tls", n.cfg.TLSListen, "raft_tls", n.cfg.RaftTLS != nil, "auth", n.secretHash != nil)
 }
 
 // Stop shuts the node down gracefully: a leader first hands every shard to
@@ -219,6 +244,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		}
 		if n.server != nil {
 			err = n.server.stop(ctx)
+		}
+		if n.tlsServer != nil {
+			err = errors.Join(err, n.tlsServer.stop(ctx))
 		}
 		n.closeStorage()
 	})
@@ -254,6 +282,16 @@ func (n *Node) clientAddrOf(id uint64) string {
 		return ""
 	}
 	return n.cfg.Peers[id-1].ClientAddr
+}
+
+// movedAddr is where MOVED sends a client of cs to reach replica id: its
+// TLS address when cs came over TLS and Config.TLSPeers names them, else its
+// client address; "" if unknown.
+func (n *Node) movedAddr(cs *connState, id uint64) string {
+	if _, ok := cs.t.(*tlsConn); ok && n.cfg.TLSPeers != nil && id >= 1 && id <= uint64(len(n.cfg.TLSPeers)) {
+		return n.cfg.TLSPeers[id-1]
+	}
+	return n.clientAddrOf(id)
 }
 
 // shardFor routes a key.

@@ -118,7 +118,7 @@ func TestOwnerPlaceHandedOn(t *testing.T) {
 					t.Fatalf("first answered %q, want TIMEOUT", got)
 				}
 			case "disconnect":
-				closeConn(s, first)
+				s.node.closeConn(first)
 			}
 			request(t, s, holder, "R k 1025")
 			p, cmds := take(t, s)

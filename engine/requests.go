@@ -222,7 +222,7 @@ func (s *shard) query(cs *connState, key []byte, now int64) {
 // the leader when another node is known to lead, else ERR unavailable.
 func (s *shard) answerNotServing(cs *connState, op byte, key []byte) {
 	if s.leaderID != s.node.cfg.ID {
-		if addr := s.node.clientAddrOf(s.leaderID); addr != "" {
+		if addr := s.node.movedAddr(cs, s.leaderID); addr != "" {
 			cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusMoved, Addr: bytesOf(addr)})
 			return
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/baton-dev/baton/codec"
 	"github.com/panjf2000/gnet/v2"
 )
 
@@ -62,124 +61,62 @@ func (sv *server) OnBoot(eng gnet.Engine) gnet.Action {
 	return gnet.None
 }
 
-// OnOpen implements gnet.EventHandler. This is where MaxConns is checked: a
-// connection past it is closed at once, without a word.
+// OnOpen implements gnet.EventHandler. A connection past MaxConns is closed
+// at once, without a word (Node.openConn).
 func (sv *server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
-	adm := sv.node.adm
-	if !adm.admitConn() {
-		adm.hits.hitBy(limitConns, c.RemoteAddr().String())
+	cs := sv.node.openConn(gnetConn{c})
+	if cs == nil {
 		return nil, gnet.Close
 	}
-	c.SetContext(newConnState(c, adm, sv.node.metrics))
-	sv.node.metrics.connsAccepted.Inc()
-	sv.node.metrics.connsOpen.Add(1)
+	c.SetContext(cs)
 	return nil, gnet.None
 }
 
-// OnClose abandons the connection's unanswered acquires: queued ones leave
-// their queues; one whose Grant is in flight is released as soon as it lands.
+// OnClose implements gnet.EventHandler.
 func (sv *server) OnClose(c gnet.Conn, _ error) gnet.Action {
-	cs, _ := c.Context().(*connState)
-	if cs == nil {
-		return gnet.None // refused by OnOpen
-	}
-	sv.node.adm.connClosed()
-	sv.node.adm.unsent.forget(cs)
-	sv.node.metrics.connsOpen.Add(-1)
-	for _, w := range cs.close() {
-		s := sv.node.shardFor(bytesOf(w.ks.key))
-		s.mu.Lock()
-		s.abandon(w)
-		s.kickIfPending()
-		s.mu.Unlock()
+	if cs, _ := c.Context().(*connState); cs != nil { // nil: refused by OnOpen
+		sv.node.closeConn(cs)
 	}
 	return gnet.None
 }
 
-// OnTraffic parses every complete line in the inbound buffer, serves each,
-// then proposes what each shard got (usually one entry per shard) and
-// writes all answers that are ready in one write. It is also how other
-// goroutines get their answers written (they Wake the connection), and how
-// a connection with too many unsent answers is closed.
+// OnTraffic serves every complete line in the inbound buffer and writes all
+// answers that are ready in one write. It is also how other goroutines get
+// their answers written (they Wake the connection), and how a connection
+// with too many unsent answers is closed.
 func (sv *server) OnTraffic(c gnet.Conn) gnet.Action {
 	cs := c.Context().(*connState)
-	if cut := cs.beginTraffic(); cut {
-		return sv.cutOff(c, limitUnsentPerConn)
-	}
-	action := sv.serveLines(cs, c)
-	for i, s := range cs.touched {
-		sv.node.proposeFromLoop(s)
-		cs.touched[i] = nil
-	}
-	cs.touched = cs.touched[:0]
-	if cut := cs.flush(); cut {
-		return sv.cutOff(c, limitUnsentPerConn)
-	}
-	if limit, cut := sv.node.adm.unsent.settle(cs, int64(c.OutboundBuffered())); cut {
-		return sv.cutOff(c, limit)
-	}
-	return action
-}
-
-// cutOff closes a connection whose client does not take its answers.
-func (sv *server) cutOff(c gnet.Conn, limit limitKind) gnet.Action {
-	sv.node.adm.hits.hitBy(limit, c.RemoteAddr().String())
-	return gnet.Close
-}
-
-func (sv *server) serveLines(cs *connState, c gnet.Conn) gnet.Action {
 	buf, _ := c.Peek(-1)
-	used := 0
-	now := monoNow()
-	var req codec.Request
-	for used < len(buf) {
-		line, n, err := codec.SplitLine(buf[used:])
-		if err != nil {
-			// The only framing error: a line over the limit. Answer and
-			// close, since where the next line starts is unknown.
-			req = codec.Request{}
-			cs.sendParseError(&req, codec.ErrTooLong)
-			_, _ = c.Discard(len(buf))
-			return gnet.Close
-		}
-		if n == 0 {
-			break
-		}
-		used += n
-		sv.serveLine(cs, line, &req, now)
-	}
+	used, closeConn := sv.node.serveInput(cs, buf)
 	if used > 0 {
 		// Only then: gnet's Discard(0) empties the whole inbound buffer,
 		// which would drop a line whose end has not arrived yet.
 		_, _ = c.Discard(used)
 	}
+	if cut, _ := cs.flush(c); cut || closeConn {
+		return gnet.Close
+	}
+	if limit, cut := sv.node.adm.unsent.settle(cs, int64(c.OutboundBuffered())); cut {
+		cs.cut(limit)
+		return gnet.Close
+	}
 	return gnet.None
 }
 
-func (sv *server) serveLine(cs *connState, line []byte, req *codec.Request, now int64) {
-	err := codec.ParseRequest(line, req)
-	if err != nil {
-		sv.node.metrics.badRequests.Inc()
-		var perr *codec.ParseError
-		if !errors.As(err, &perr) {
-			perr = &codec.ParseError{Code: codec.CodeBadRequest, Text: err.Error()}
-		}
-		if req.Key == nil {
-			cs.sendParseError(req, perr)
-			return
-		}
-		sv.node.shardFor(req.Key).badRequest(cs, req, perr)
-		return
-	}
-	sv.node.metrics.countRequest(req.Op)
-	s := sv.node.shardFor(req.Key)
-	listed := cs.listed
-	if s.handle(cs, req, now) {
-		cs.touch(s)
-	}
-	if req.Op == codec.OpAcquire && cs.listed == listed {
-		// Answered on receipt (try-lock of a held key, MOVED, ERR): queued
-		// acquires are timed when they leave their connection's list.
-		sv.node.metrics.acquireAnswered(now, monoNow())
-	}
-}
+// gnetConn is a gnet connection as a connState's transport.
+type gnetConn struct{ c gnet.Conn }
+
+// wake queues an OnTraffic, which flushes; it fails only when the
+// connection is gone.
+func (g gnetConn) wake() { _ = g.c.Wake(nil) }
+
+// cut needs nothing: the event loop closes a connection cut off at its next
+// flush, which is on its way (wake).
+func (g gnetConn) cut() {}
+
+// recheck wakes the connection: OnTraffic settles its unsent bytes again.
+func (g gnetConn) recheck() { g.wake() }
+
+func (g gnetConn) peerClosed() bool { return socketClosedByPeer(g.c.Fd()) }
+
+func (g gnetConn) remoteAddr() string { return g.c.RemoteAddr().String() }

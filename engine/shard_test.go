@@ -8,7 +8,6 @@ import (
 
 	"github.com/baton-dev/baton/codec"
 	sm "github.com/baton-dev/baton/statemachine"
-	"github.com/panjf2000/gnet/v2"
 )
 
 // These tests drive one shard without Raft: they take what it would propose,
@@ -16,11 +15,15 @@ import (
 // state machine does. They cover the paths a live node rarely takes: dropped
 // and timed-out proposals, abandoned grants, deferred answers.
 
-// fakeConn is the part of gnet.Conn a connState uses.
-type fakeConn struct{ gnet.Conn }
+// fakeConn is a transport that writes nothing: answers stay in cs.out,
+// where the tests read them, and the peer never closes.
+type fakeConn struct{}
 
-func (fakeConn) Wake(gnet.AsyncCallback) error { return nil }
-func (fakeConn) Fd() int                       { return -1 } // poll ignores it: never "closed by peer"
+func (fakeConn) wake()              {}
+func (fakeConn) cut()               {}
+func (fakeConn) recheck()           {}
+func (fakeConn) peerClosed() bool   { return false }
+func (fakeConn) remoteAddr() string { return "test" }
 
 // testShard is a serving leader shard of a one-node cluster.
 func testShard(t *testing.T) *shard {
@@ -36,6 +39,7 @@ func limitedShard(t *testing.T, l Limits) *shard {
 	n.adm = newAdmission(l, n.log)
 	s := newShard(n, 1)
 	s.leaderID, s.serving = 1, true
+	n.shards = []*shard{s}
 	return s
 }
 
@@ -68,15 +72,6 @@ func request(t *testing.T, s *shard, cs *connState, line string) {
 		t.Fatalf("%q: %v", line, err)
 	}
 	s.handle(cs, &r, monoNow())
-}
-
-// closeConn closes cs as gnet's OnClose would: its acquires are abandoned.
-func closeConn(s *shard, cs *connState) {
-	for _, w := range cs.close() {
-		s.mu.Lock()
-		s.abandon(w)
-		s.mu.Unlock()
-	}
 }
 
 // take returns the shard's next proposal and its decoded commands.
@@ -199,7 +194,7 @@ func TestAbandonedGrantHandedOn(t *testing.T) {
 	request(t, s, gone, "A k 10000 0")
 	request(t, s, next, "A k 10000 0")
 	p, cmds := take(t, s)
-	closeConn(s, gone)
+	s.node.closeConn(gone)
 	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
 	_, cmds = take(t, s)
 	if len(cmds) != 2 || cmds[0].Op != sm.OpRelease || cmds[0].Token != 1025 || cmds[1].Op != sm.OpGrant {

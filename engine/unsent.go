@@ -9,13 +9,15 @@ import (
 )
 
 // Answers a client has not taken yet are held in two places: the
-// connection's own buffer (connState.out), which the event loop empties
-// into the socket at its next flush, and what the socket did not take,
-// which gnet keeps in the connection's outbound buffer. A client that never
-// reads makes the second grow with every request it sends, so both are
-// bounded per connection (MaxUnsentPerConn: connState.unlockAndWake for the
-// first, settle for the second), and gnet's over every connection
-// (MaxUnsent).
+// connection's own buffer (connState.out, and the flush under way), which
+// the event loop empties into the socket at its next flush, and what the
+// socket did not take, which gnet keeps in the connection's outbound
+// buffer. A client that never reads makes the second grow with every
+// request it sends, so both are bounded per connection (MaxUnsentPerConn:
+// connState.unlockAndWake for the first, settle for the second), and the
+// second over every connection (MaxUnsent). A TLS connection has no
+// outbound buffer: what its socket has not taken is the write its writer
+// goroutine has under way, which tlsConn.Write settles before and after.
 //
 // Past MaxUnsent the connections with the most unsent bytes are cut off.
 // (Leaving their requests unread instead would not bound anything: gnet
@@ -24,15 +26,17 @@ import (
 // takes it, without telling the handler, and it can only be read on the
 // connection's event loop; so the ledger knows each connection's count as
 // of its last flush, which is never below the true one. To cut off, the
-// sweeper picks the connections that had the most and wakes them: each
-// looks again on its own loop, and is cut off only if it still has that
-// much and the node is still over the limit.
+// sweeper picks the connections that had the most and has them look again
+// (transport.recheck): each does on its own loop, and is cut off only if it still has that
+// much and the node is still over the limit. (A TLS connection's count is
+// exact, and it looks at once, off its writer, which may be blocked.)
 
 // shedPause is how long the sweeper waits for the connections it woke
 // before it looks at the sum again.
 const shedPause = 20 * time.Millisecond
 
-// unsentLedger keeps the bytes gnet holds for every connection.
+// unsentLedger keeps, for every connection, the bytes its socket has not
+// taken.
 type unsentLedger struct {
 	perConn, total int64
 	sum            atomic.Int64 // the counts of backlog
@@ -54,8 +58,11 @@ func newUnsentLedger(l Limits) *unsentLedger {
 	}
 }
 
-// settle records that gnet holds unsent bytes for cs after a flush, and
-// says which limit, if any, cuts cs off. It runs on cs's event loop.
+// settle records that cs's socket has not taken unsent bytes (gnet holds
+// them after a flush, or a TLS write has them under way), and says which
+// limit, if any, cuts cs off. It runs on the one goroutine that writes cs's
+// socket (its event loop, its TLS writer), or once that is done with it
+// (closeConn).
 func (u *unsentLedger) settle(cs *connState, unsent int64) (limitKind, bool) {
 	if d := unsent - cs.unsent; d != 0 {
 		cs.unsent = unsent
@@ -76,12 +83,29 @@ func (u *unsentLedger) settle(cs *connState, unsent int64) (limitKind, bool) {
 	switch {
 	case unsent > u.perConn:
 		return limitUnsentPerConn, true
-	case unsent > 0 && u.sum.Load() > u.total:
-		if from := u.cutFrom.Load(); from > 0 && unsent >= from {
-			return limitUnsent, true
-		}
+	case u.shedding(unsent):
+		return limitUnsent, true
 	}
 	return 0, false
+}
+
+// shedding reports whether a connection with unsent bytes is one of those
+// the sweeper cuts off while the node is over MaxUnsent.
+func (u *unsentLedger) shedding(unsent int64) bool {
+	if unsent == 0 || u.sum.Load() <= u.total {
+		return false
+	}
+	from := u.cutFrom.Load()
+	return from > 0 && unsent >= from
+}
+
+// stillShedding is shedding of cs's count as last settled; any goroutine
+// may ask.
+func (u *unsentLedger) stillShedding(cs *connState) bool {
+	u.mu.Lock()
+	unsent := u.backlog[cs]
+	u.mu.Unlock()
+	return u.shedding(unsent)
 }
 
 // forget drops a closed connection.
@@ -111,7 +135,7 @@ func (u *unsentLedger) runSweeper(stop <-chan struct{}) {
 }
 
 // shed marks the connections with the most unsent bytes, as many as it
-// takes to bring the sum under total, and wakes them to be cut off. It
+// takes to bring the sum under total, and has them look again, to be cut off. It
 // reports whether it found any.
 func (u *unsentLedger) shed() bool {
 	type entry struct {
@@ -136,7 +160,7 @@ func (u *unsentLedger) shed() bool {
 	}
 	u.cutFrom.Store(list[n-1].unsent)
 	for _, e := range list[:n] {
-		_ = e.cs.c.Wake(nil) // fails only when the connection is gone
+		e.cs.t.recheck()
 	}
 	return true
 }

@@ -4,8 +4,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/panjf2000/gnet/v2"
 )
 
 // The ledger sums what gnet holds per connection; a connection past
@@ -51,13 +49,13 @@ func TestUnsentLedger(t *testing.T) {
 	}
 }
 
-// wakeCounter is a connection that counts the Wakes it is asked for.
-type wakeCounter struct {
+// recheckCounter is a transport that counts the rechecks it is asked for.
+type recheckCounter struct {
 	fakeConn
 	woken *atomic.Int32
 }
 
-func (w wakeCounter) Wake(gnet.AsyncCallback) error { w.woken.Add(1); return nil }
+func (w recheckCounter) recheck() { w.woken.Add(1) }
 
 // The sweeper, kicked as the sum goes over the limit, wakes the biggest
 // connection; once that one is closed and the sum is under the limit again,
@@ -68,7 +66,7 @@ func TestUnsentSweeper(t *testing.T) {
 	var conns [3]*connState
 	for i := range conns {
 		conns[i] = newConn()
-		conns[i].c = wakeCounter{woken: &woken[i]}
+		conns[i].t = recheckCounter{woken: &woken[i]}
 	}
 	stop := make(chan struct{})
 	swept := make(chan struct{})

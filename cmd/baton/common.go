@@ -1,9 +1,10 @@
 package main
 
 // What the commands share: the lock commands' exit statuses, flags
-// (--addr, --timeout, --json; --wait, which bench has too) and command-line
-// parsing, the checks of a lease and a wait, making the client, and
-// reporting a result or a failure.
+// (--addr, --timeout, --json, the TLS and secret flags of security.go;
+// --wait, which bench has too) and command-line parsing, the checks of a
+// lease and a wait, making the client, and reporting a result or a
+// failure.
 
 import (
 	"context"
@@ -38,12 +39,14 @@ const defaultAddr = "127.0.0.1:7700"
 
 // commonOpts are the flags every lock command has.
 type commonOpts struct {
-	addr    string
-	json    bool
-	timeout time.Duration
+	addr     string
+	json     bool
+	timeout  time.Duration
+	security securityOpts
 }
 
-// commonFlags defines --addr, --timeout and, when withJSON, --json on fs.
+// commonFlags defines --addr, --timeout, the flags of securityFlags and,
+// when withJSON, --json on fs.
 func commonFlags(fs *flag.FlagSet, o *commonOpts, getenv func(string) string, withJSON bool) {
 	addr := defaultAddr
 	if v := getenv("BATON_ADDR"); v != "" {
@@ -52,6 +55,7 @@ func commonFlags(fs *flag.FlagSet, o *commonOpts, getenv func(string) string, wi
 	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
 	fs.StringVar(&o.addr, "addr", addr, "")
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "")
+	securityFlags(fs, &o.security, getenv)
 	if withJSON {
 		fs.BoolVar(&o.json, "json", false, "")
 	}
@@ -64,7 +68,7 @@ const commonHelp = `  --addr LIST        server client address(es), comma-separa
   --timeout DURATION how long to keep trying when no server answers or the
                      cluster has no leader (acquire: on top of --wait; not
                      applied to a wait of 0, which waits forever) (default 10s)
-`
+` + securityHelp
 
 const jsonHelp = `  --json             print the result as one JSON object
 `
@@ -159,7 +163,12 @@ func dial(e env, name string, o *commonOpts) (*client.Client, int, bool) {
 	if err != nil {
 		return nil, usageError(e, name, err), false
 	}
-	c, err := client.New(addrs, client.WithOwnerPrefix(ownerPrefix()))
+	opts, err := o.security.clientOptions()
+	if err != nil {
+		fmt.Fprintf(e.stderr, "baton %s: %v\n", name, err)
+		return nil, exitFailed, false
+	}
+	c, err := client.New(addrs, append(opts, client.WithOwnerPrefix(ownerPrefix()))...)
 	if err != nil {
 		return nil, usageError(e, name, err), false
 	}

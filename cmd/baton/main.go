@@ -67,8 +67,13 @@ Commands:
 Environment:
   BATON_ADDR   default server address(es) for --addr, comma-separated
                (otherwise 127.0.0.1:7700)
+  BATON_AUTH   the shared secret of a server started with --auth-file,
+               unless --auth-file names a file holding it
   BATON_HTTP   default node HTTP address for status --http
                (otherwise 127.0.0.1:7780)
+
+TLS and the secret (protocol 1.2): the lock commands take --tls, --tls-ca,
+--tls-cert, --tls-key, --tls-server-name and --auth-file (see their --help).
 
 Exit status: 0 success, 1 failure, 2 bad usage, 130 interrupted; some
 commands add their own (see their --help).

@@ -1068,7 +1068,9 @@ func TestHelp(t *testing.T) {
 	out := res.Stdout + res.Stderr
 	for _, f := range []string{"id", "peers", "data", "shards", "http", "log-level", "log-format",
 		"max-conns", "max-waiters-per-conn", "max-waiters-per-key", "max-waiters", "max-pending-queries",
-		"max-proposals-in-flight", "max-pending-commands", "max-unsent-per-conn", "max-unsent"} {
+		"max-proposals-in-flight", "max-pending-commands", "max-unsent-per-conn", "max-unsent",
+		"auth-file", "tls-listen", "tls-cert", "tls-key", "tls-client-ca", "tls-peers",
+		"raft-tls-ca", "raft-tls-cert", "raft-tls-key"} {
 		if !regexp.MustCompile(`(^|[^-\w])--?` + f + `\b`).MatchString(out) {
 			t.Errorf("--help does not mention --%s", f)
 		}
@@ -1091,6 +1093,9 @@ func TestBadFlags(t *testing.T) {
 		{"limit of 0", []string{"--max-conns", "0"}, []string{"max-conns"}, true},
 		{"size not a size", []string{"--max-unsent", "lots"}, []string{"max-unsent"}, true},
 		{"unknown log format", []string{"--log-format", "xml"}, []string{"log-format"}, true},
+		{"TLS listener without certificate", []string{"--tls-listen", "127.0.0.1:0"}, []string{"tls-cert"}, false},
+		{"TLS peers not one per peer", []string{"--tls-peers", "127.0.0.1:1,127.0.0.1:2"}, []string{"tls-peers"}, false},
+		{"raft TLS without key", []string{"--raft-tls-ca", "ca.pem", "--raft-tls-cert", "node.pem"}, []string{"raft-tls-key"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

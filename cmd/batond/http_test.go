@@ -195,8 +195,11 @@ func TestMetrics(t *testing.T) {
 			eventually(t, s.holder, "metrics/short", "Q metrics/short FREE", slow)
 		}, map[string]float64{"baton_grants_total": 1, "baton_expiries_total": 1, "baton_held_locks": 0}},
 		{"an unreadable line", func(t *testing.T, s *metricsSession) {
-			do(t, s.holder, "X", "? - ERR badrequest op must be A, R, K or Q")
+			do(t, s.holder, "X", "? - ERR badrequest op must be A, R, K, Q or H")
 		}, map[string]float64{"baton_bad_requests_total": 1, errAnswers("?", "badrequest"): 1}},
+		{"an H to a node without a secret", func(t *testing.T, s *metricsSession) {
+			do(t, s.holder, "H s3cret", "H - OK")
+		}, map[string]float64{requests("H"): 1, answers("H", "OK"): 1}},
 		{"a malformed acquire", func(t *testing.T, s *metricsSession) {
 			do(t, s.holder, "A metrics/bad", "A metrics/bad ERR badrequest missing lease_ms")
 		}, map[string]float64{"baton_bad_requests_total": 1, errAnswers("A", "badrequest"): 1, requests("A"): 0}},

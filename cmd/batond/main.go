@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/baton-dev/baton/codec"
 	"github.com/baton-dev/baton/engine"
 )
 
@@ -101,6 +102,35 @@ at most once per limit every 10s.
                   the same over all connections; past it the connections
                   with the most unsent answers are closed (default 256MiB)
 
+Access control and TLS (docs/protocol.md, version 1.2):
+  --auth-file FILE
+                  FILE holds a shared secret (a trailing newline is not part
+                  of it); every client connection must then start with
+                  "H <secret>", or it is answered "H - ERR auth" and closed
+  --tls-listen ADDR
+                  also serve clients over TLS on ADDR (needs --tls-cert and
+                  --tls-key); the port of --peers stays plain
+  --tls-cert FILE, --tls-key FILE
+                  the PEM certificate and key of the TLS client listener
+  --tls-client-ca FILE
+                  ask TLS clients for a certificate signed by the CA in FILE
+                  and refuse the handshake without one (default: none asked)
+  --tls-peers LIST
+                  every node's TLS client address, comma-separated, in the
+                  order of --peers: MOVED on a TLS connection names these
+                  (default: MOVED names the plain addresses of --peers);
+                  --tls-listen defaults to this node's entry
+  --raft-tls-ca FILE, --raft-tls-cert FILE, --raft-tls-key FILE
+                  all three or none: Raft traffic is mutual TLS, and only
+                  nodes whose certificates the CA signed can join. Each
+                  node's certificate must name the host of its RAFT_ADDR and
+                  allow server and client authentication
+
+Every listener binds 127.0.0.1 unless told otherwise. A client listener
+bound to another address logs a warning at start when it lets anyone in:
+the plain one without --auth-file, the TLS one without --auth-file or
+--tls-client-ca.
+
 SIGINT or SIGTERM stops the node gracefully and exits 0.
 `
 
@@ -117,6 +147,16 @@ type options struct {
 	logFormat  string
 	raftLog    string
 	limits     engine.Limits
+
+	authFile    string
+	tlsListen   string
+	tlsCert     string
+	tlsKey      string
+	tlsClientCA string
+	tlsPeers    string
+	raftTLSCA   string
+	raftTLSCert string
+	raftTLSKey  string
 }
 
 // defaultGCPercent is batond's GOGC unless the environment sets one. The
@@ -163,10 +203,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitFailed
 		}
 	}
-	node, err := engine.Start(engine.Config{
+	cfg := engine.Config{
 		ID: opts.id, Peers: peers, RaftListen: opts.raftListen, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt,
 		SnapshotEntries: opts.snapEvery, RaftLog: opts.raftLog, Limits: opts.limits, Logger: log,
-	})
+	}
+	if err := opts.security(&cfg); err != nil {
+		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
+		return exitFailed
+	}
+	node, err := engine.Start(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
 		return exitFailed
@@ -207,6 +252,15 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "")
 	fs.StringVar(&o.logFormat, "log-format", "text", "")
 	fs.StringVar(&o.raftLog, "raft-log", "", "")
+	fs.StringVar(&o.authFile, "auth-file", "", "")
+	fs.StringVar(&o.tlsListen, "tls-listen", "", "")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "")
+	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "")
+	fs.StringVar(&o.tlsPeers, "tls-peers", "", "")
+	fs.StringVar(&o.raftTLSCA, "raft-tls-ca", "", "")
+	fs.StringVar(&o.raftTLSCert, "raft-tls-cert", "", "")
+	fs.StringVar(&o.raftTLSKey, "raft-tls-key", "", "")
 	limitFlags(fs, &o.limits)
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -223,6 +277,34 @@ func parseFlags(args []string) (options, error) {
 		return o, fmt.Errorf("--rtt %v: must be at least 1ms", o.rtt)
 	}
 	return o, nil
+}
+
+// security reads the files of the access control and TLS flags into cfg;
+// engine.Start checks that the flags go together.
+func (o *options) security(cfg *engine.Config) error {
+	if o.authFile != "" {
+		data, err := os.ReadFile(o.authFile)
+		if err != nil {
+			return fmt.Errorf("--auth-file: %w", err)
+		}
+		if cfg.AuthSecret, err = codec.ParseSecret(data); err != nil {
+			return fmt.Errorf("--auth-file %s: %w", o.authFile, err)
+		}
+	}
+	cfg.TLSListen = o.tlsListen
+	if o.tlsPeers != "" {
+		cfg.TLSPeers = strings.Split(o.tlsPeers, ",")
+	}
+	if o.tlsCert != "" || o.tlsKey != "" || o.tlsClientCA != "" {
+		var err error
+		if cfg.TLS, err = engine.LoadClientTLS(o.tlsCert, o.tlsKey, o.tlsClientCA); err != nil {
+			return err
+		}
+	}
+	if o.raftTLSCA != "" || o.raftTLSCert != "" || o.raftTLSKey != "" {
+		cfg.RaftTLS = &engine.RaftTLS{CAFile: o.raftTLSCA, CertFile: o.raftTLSCert, KeyFile: o.raftTLSKey}
+	}
+	return nil
 }
 
 // newLogger is the node's logger: format text or json, at level.

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -37,6 +38,42 @@ func Dial(t testing.TB, addr string) *Conn {
 	}
 	c := &Conn{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
 	t.Cleanup(func() { c.nc.Close() })
+	return c
+}
+
+// DialTLS connects to addr (a 127.0.0.1 address) over TLS configured by
+// cfg, handshake included, or fails the test. Under TLS 1.3 a server that
+// refuses the client's certificate says so after the client's handshake
+// is complete: on the first read.
+func DialTLS(t testing.TB, addr string, cfg *tls.Config) *Conn {
+	t.Helper()
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: DefaultTimeout}, Config: cfg}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("harness: dial %s over TLS: %v", addr, err)
+	}
+	c := &Conn{t: t, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	t.Cleanup(func() { c.nc.Close() })
+	return c
+}
+
+// Dial connects to the node's client address, as Dial does, and says its
+// secret (Hello) when it has one (Options.Secret).
+func (n *Node) Dial(t testing.TB) *Conn {
+	t.Helper()
+	c := Dial(t, n.ClientAddr)
+	if n.Secret != "" {
+		c.Hello(t, n.Secret)
+	}
+	return c
+}
+
+// Hello sends "H <secret>" and fails t unless the answer is "H - OK"; it
+// returns c, for harness.Dial(t, addr).Hello(t, secret).
+func (c *Conn) Hello(t testing.TB, secret string) *Conn {
+	t.Helper()
+	c.Send("H " + secret)
+	c.Expect(t, "H - OK")
 	return c
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +50,28 @@ type Options struct {
 	// top of the test binary's own: e.g. the planted bug a batond built
 	// with BuildTags should switch on.
 	Env []string
+	// NodeArgs, when set, gives more flags to node id alone, after Args:
+	// its own certificate, say.
+	NodeArgs func(id int) []string
+	// Unready lists the nodes (by --id) that StartCluster starts but does
+	// not wait for: nodes expected never to serve.
+	Unready []int
+	// Secret, when set, is written to a file passed as --auth-file. The
+	// readiness probe opens with "H <secret>", and so must a test's
+	// connections (Node.Secret, Conn.Hello).
+	Secret string
+	// TLS, when set, makes every node serve clients over TLS as well, with
+	// this certificate, on a free port (Node.TLSAddr): --tls-listen, and
+	// --tls-peers naming every node's.
+	TLS *ServerTLS
+}
+
+// ServerTLS is the client TLS of Options.TLS.
+type ServerTLS struct {
+	Cert Cert
+	// ClientCA, when set, is passed as --tls-client-ca: clients must
+	// present a certificate it signed.
+	ClientCA string
 }
 
 func (o Options) shards() int {
@@ -68,6 +91,8 @@ type Node struct {
 	RaftAddr   string // the Raft address peers dial ("" for a node of NewNode)
 	RaftListen string // the Raft address batond binds, when not RaftAddr (Options.Links)
 	HTTPAddr   string // --http, "" when off
+	TLSAddr    string // --tls-listen, "" when off (Options.TLS)
+	Secret     string // what --auth-file holds, "" when off (Options.Secret)
 	Peers      string // --peers
 	DataDir    string // --data
 	LogPath    string // stdout and stderr of every run, appended
@@ -107,7 +132,9 @@ func (p *proc) exited() bool {
 // StartNode starts a single-node batond on free ports with a fresh data
 // directory, with the flags
 //
-//	--id 1 --peers RAFT/CLIENT --data DIR --shards N [--http ADDR] opts.Args...
+//	--id 1 --peers RAFT/CLIENT --data DIR --shards N [--http ADDR]
+//	[--auth-file FILE] [--tls-listen ADDR --tls-peers ADDR --tls-cert ...]
+//	opts.Args... opts.NodeArgs(1)...
 //
 // and returns once it serves. The test fails if it does not.
 func StartNode(t testing.TB, bin string, opts Options) *Node {
@@ -117,14 +144,22 @@ func StartNode(t testing.TB, bin string, opts Options) *Node {
 
 // StartCluster starts n batond processes on free ports, each with its own
 // data directory and the same --peers list; node i (1-based, nodes[i-1]) is
-// started with --id i. It returns once every node serves, which for a
-// follower means answering MOVED. The test fails if one does not.
+// started with --id i. It returns once every node serves (but those of
+// opts.Unready), which for a follower means answering MOVED. The test
+// fails if one does not.
 func StartCluster(t testing.TB, bin string, n int, opts Options) []*Node {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("harness: StartCluster with %d nodes", n)
 	}
 	root := t.TempDir()
+	var authFile string
+	if opts.Secret != "" {
+		authFile = filepath.Join(root, "secret")
+		if err := os.WriteFile(authFile, []byte(opts.Secret+"\n"), 0o600); err != nil {
+			t.Fatalf("harness: %v", err)
+		}
+	}
 	nodes := make([]*Node, n)
 	for i := range nodes {
 		id := i + 1
@@ -134,6 +169,7 @@ func StartCluster(t testing.TB, bin string, n int, opts Options) []*Node {
 			LogPath:      filepath.Join(root, fmt.Sprintf("n%d.log", id)),
 			Dir:          root,
 			Env:          opts.Env,
+			Secret:       opts.Secret,
 			ReadyTimeout: opts.ReadyTimeout,
 			t:            t,
 			shards:       opts.shards(),
@@ -145,7 +181,7 @@ func StartCluster(t testing.TB, bin string, n int, opts Options) []*Node {
 	}
 	// One retry on new ports: see FreeAddr for the race it covers.
 	for attempt := 1; ; attempt++ {
-		assignPorts(t, nodes, opts)
+		assignPorts(t, nodes, opts, authFile)
 		var err error
 		for _, nd := range nodes {
 			if err = nd.spawn(); err != nil {
@@ -153,7 +189,7 @@ func StartCluster(t testing.TB, bin string, n int, opts Options) []*Node {
 			}
 		}
 		if err == nil {
-			err = waitAllReady(nodes)
+			err = waitAllReady(waitedFor(nodes, opts.Unready))
 		}
 		if err == nil {
 			return nodes
@@ -171,20 +207,41 @@ func StartCluster(t testing.TB, bin string, n int, opts Options) []*Node {
 	}
 }
 
+// waitedFor is nodes without those listed in unready.
+func waitedFor(nodes []*Node, unready []int) []*Node {
+	var out []*Node
+	for _, nd := range nodes {
+		if !slices.Contains(unready, nd.ID) {
+			out = append(out, nd)
+		}
+	}
+	return out
+}
+
 // assignPorts gives every node fresh addresses and the command line that
 // goes with them.
-func assignPorts(t testing.TB, nodes []*Node, opts Options) {
+func assignPorts(t testing.TB, nodes []*Node, opts Options, authFile string) {
 	t.Helper()
 	per := 2
 	if opts.HTTP {
-		per = 3
+		per++
+	}
+	if opts.TLS != nil {
+		per++
 	}
 	addrs := FreeAddrs(t, per*len(nodes))
 	peers := make([]string, len(nodes))
+	tlsPeers := make([]string, len(nodes))
 	for i, nd := range nodes {
 		nd.RaftAddr, nd.ClientAddr = addrs[per*i], addrs[per*i+1]
+		next := per*i + 2
 		if opts.HTTP {
-			nd.HTTPAddr = addrs[per*i+2]
+			nd.HTTPAddr = addrs[next]
+			next++
+		}
+		if opts.TLS != nil {
+			nd.TLSAddr = addrs[next]
+			tlsPeers[i] = nd.TLSAddr
 		}
 		nd.RaftListen = ""
 		if opts.Links != nil {
@@ -207,13 +264,29 @@ func assignPorts(t testing.TB, nodes []*Node, opts Options) {
 		if nd.RaftListen != "" {
 			nd.Args = append(nd.Args, "--raft-listen", nd.RaftListen)
 		}
+		if authFile != "" {
+			nd.Args = append(nd.Args, "--auth-file", authFile)
+		}
+		if opts.TLS != nil {
+			nd.Args = append(nd.Args, "--tls-listen", nd.TLSAddr, "--tls-peers", strings.Join(tlsPeers, ","),
+				"--tls-cert", opts.TLS.Cert.CertFile, "--tls-key", opts.TLS.Cert.KeyFile)
+			if opts.TLS.ClientCA != "" {
+				nd.Args = append(nd.Args, "--tls-client-ca", opts.TLS.ClientCA)
+			}
+		}
 		nd.Args = append(nd.Args, opts.Args...)
+		if opts.NodeArgs != nil {
+			nd.Args = append(nd.Args, opts.NodeArgs(nd.ID)...)
+		}
 	}
 }
 
 // waitAllReady waits for every node under one shared deadline: the nodes of
 // a cluster come up together, so the slowest sets the pace.
 func waitAllReady(nodes []*Node) error {
+	if len(nodes) == 0 {
+		return nil
+	}
 	deadline := time.Now().Add(nodes[0].readyTimeout())
 	for _, nd := range nodes {
 		if err := nd.waitReady(deadline); err != nil {
@@ -394,6 +467,9 @@ func (n *Node) probe() (ok bool, answer string) {
 	}
 	keys := n.probeKeys()
 	var req []byte
+	if n.Secret != "" {
+		req = append(req, "H "+n.Secret+"\n"...)
+	}
 	for _, k := range keys {
 		req = append(req, "Q "+k+"\n"...)
 	}
@@ -401,6 +477,15 @@ func (n *Node) probe() (ok bool, answer string) {
 		return false, err.Error()
 	}
 	r := bufio.NewReader(nc)
+	if n.Secret != "" {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return false, err.Error()
+		}
+		if line != "H - OK\n" {
+			return false, strconv.Quote(line)
+		}
+	}
 	for range keys {
 		line, err := r.ReadString('\n')
 		if err != nil {
