@@ -147,7 +147,6 @@ func TestAnswersCounted(t *testing.T) {
 	}
 }
 
-
 // Queued acquires are waiters until answered or gone with their
 // connection; each answered one is timed; a grant that lands for a closed
 // connection is released and counted.
