@@ -68,6 +68,7 @@ type Node struct {
 	metrics    *nodeMetrics
 	adm        *admission // the limits, and the counts they bound
 	started    time.Time
+	backupMu   sync.Mutex // held while GET /backup streams (serveBackup)
 
 	draining atomic.Bool // stopping: hand leadership off, never pull it
 	stopOnce sync.Once
@@ -101,6 +102,11 @@ func Start(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("cannot listen on %s: %w", a, unwrapSyscall(err))
 		}
 		l.Close()
+	}
+	if cfg.Restore != "" {
+		if err := checkRestore(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := openDataDir(&cfg)
 	if err != nil {
