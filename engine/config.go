@@ -53,6 +53,13 @@ type Config struct {
 	// "" means the one DataDir was created with, or DefaultRaftLog for a
 	// new one. It cannot change for an existing data dir.
 	RaftLog string
+	// Restore, when set, is a backup file (GET /backup, baton backup) a
+	// new cluster starts from: Start checks it whole, then writes its
+	// tables into the new data dir's lock table before Raft starts. A data
+	// dir that has a cluster already is refused, and so is a Shards other
+	// than the backup's (0 takes the backup's). Every node of the new
+	// cluster starts from the same file.
+	Restore string
 	// Limits bound what clients can make the node hold; a zero field means
 	// its default (DefaultLimits).
 	Limits Limits

@@ -80,10 +80,20 @@ func (d *dataDir) reconcile(cfg *Config) error {
 			want.RaftLog = DefaultRaftLog
 		}
 		cfg.Shards, cfg.RaftLog = want.Shards, want.RaftLog
+		// The settings come after the restored table, so that a data dir
+		// with settings is never one half restored.
+		if cfg.Restore != "" {
+			if err := restoreTable(cfg, d.path); err != nil {
+				return err
+			}
+		}
 		return writeFileSync(path, want)
 	}
 	if err != nil {
 		return fmt.Errorf("data dir %s: %w", d.path, err)
+	}
+	if cfg.Restore != "" {
+		return fmt.Errorf("data dir %s has a cluster already (%s); --restore starts a new one, in an empty data dir", d.path, settingsFile)
 	}
 	var have settings
 	if err := json.Unmarshal(raw, &have); err != nil {

@@ -13,6 +13,7 @@ import (
 // dragonboat's and the process's), /healthz (200 when a leader is known for
 // every shard, else 503 with the reasons), /status (JSON, package status)
 // and Go's profiler under /debug/pprof/. None of them walks the lock table.
+// GET /backup streams a backup of the lock table (serveBackup), which does.
 func (n *Node) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -31,6 +32,7 @@ func (n *Node) HTTPHandler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("GET /backup", n.serveBackup)
 	mux.HandleFunc("/status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)

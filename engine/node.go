@@ -69,6 +69,7 @@ type Node struct {
 	metrics    *nodeMetrics
 	adm        *admission // the limits, and the counts they bound
 	started    time.Time
+	backupMu   sync.Mutex // held while GET /backup streams (serveBackup)
 
 	// Access control (serve.go).
 	secretHash        []byte   // hashSecret(Config.AuthSecret); nil: no H needed
@@ -111,6 +112,11 @@ func Start(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("cannot listen on %s: %w", a, unwrapSyscall(err))
 		}
 		l.Close()
+	}
+	if cfg.Restore != "" {
+		if err := checkRestore(&cfg); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := openDataDir(&cfg)
 	if err != nil {

@@ -182,6 +182,15 @@
 // pebble, so a truncated or corrupt stream is an error that leaves the
 // existing table as it was.
 //
+// # Backups
+//
+// A backup (WriteBackup, for a node's GET /backup) is a file of package
+// backup with one part per shard, each part the shard's snapshot stream
+// above, of the in-memory table as Lookup(BackupQuery{}) copied it.
+// RestoreBackup writes such a file into the lock table of a new node, as
+// the tables of a new cluster: applied index 0, the backup's seq, fence 0
+// (see RestoreBackup).
+//
 // # Memory and concurrency
 //
 // Each shard's state machine keeps its whole table in memory (key -> token,

@@ -102,7 +102,10 @@ type onDisk struct {
 	mu sync.RWMutex
 	t  *table // nil before Open and after Close
 
-	applied uint64 // last applied Raft index (the meta has the checkpoint's)
+	// applied is the last applied Raft index (the meta has the
+	// checkpoint's). Written under mu, with t, so that a backup's Lookup
+	// reads the two alike; the serialized methods read it without.
+	applied uint64
 
 	// uncheckpointed counts the commands applied since the last checkpoint.
 	uncheckpointed int
@@ -193,9 +196,8 @@ func (s *onDisk) Open(stopc <-chan struct{}) (uint64, error) {
 		return 0, err
 	}
 	s.mu.Lock()
-	s.t = t
+	s.t, s.applied = t, m.applied
 	s.mu.Unlock()
-	s.applied = m.applied
 	s.reset()
 	return m.applied, nil
 }
@@ -343,8 +345,8 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 		e.Result.Value = uint64(len(cmds) - start)
 		spans = append(spans, span{index: e.Index, h: h, start: start, end: len(cmds)})
 	}
-	s.mu.Unlock()
 	s.applied = ents[len(ents)-1].Index
+	s.mu.Unlock()
 	s.uncheckpointed += len(cmds)
 
 	var err error
@@ -435,11 +437,17 @@ func (s *onDisk) putMeta(b *pebble.Batch, m meta) {
 }
 
 // Lookup implements sm.IOnDiskStateMachine: a LookupKey answers a
-// LookupResult from the in-memory table (see Factory on concurrency).
+// LookupResult from the in-memory table (see Factory on concurrency), a
+// BackupQuery a *ShardBackup.
 func (s *onDisk) Lookup(q interface{}) (interface{}, error) {
-	k, ok := q.(LookupKey)
-	if !ok {
-		return nil, fmt.Errorf("statemachine: Lookup takes a LookupKey, not %T", q)
+	var k LookupKey
+	switch q := q.(type) {
+	case LookupKey:
+		k = q
+	case BackupQuery:
+		return s.captureBackup()
+	default:
+		return nil, fmt.Errorf("statemachine: Lookup takes a LookupKey or a BackupQuery, not %T", q)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()

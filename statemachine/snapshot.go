@@ -63,11 +63,15 @@ type snapCtx struct {
 
 // version is the stream version of the captured state: 3 if the table has
 // a fence, else 2 if a lock has an owner, else 1 (see the package doc).
-func (c *snapCtx) version() byte {
+func (c *snapCtx) version() byte { return streamVersion(c.meta, c.owned) }
+
+// streamVersion is the stream version of a table with meta m, in which a
+// lock has an owner if owned: one encoding per table (see the package doc).
+func streamVersion(m meta, owned bool) byte {
 	switch {
-	case c.meta.fence != 0:
+	case m.fence != 0:
 		return snapVersionFence
-	case c.owned:
+	case owned:
 		return snapVersion
 	default:
 		return snapVersionNoOwners
@@ -125,18 +129,63 @@ func (s *onDisk) SaveSnapshot(ctx interface{}, w io.Writer, stopc <-chan struct{
 	}
 	it := c.snap.NewIter(&pebble.IterOptions{LowerBound: s.tableLo[:], UpperBound: s.tableHi[:]})
 	c.mu.Unlock()
-	err := s.writeSnapshot(it, c.version(), c.meta, w, stopc)
+	err := writeSnapshot(s.shard, &pebbleRows{it: it, shard: s.shard}, c.version(), c.meta, w, stopc)
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("statemachine: shard %d: scan snapshot: %w", s.shard, cerr)
 	}
 	return err
 }
 
-// writeSnapshot writes the stream of the rows it scans and of m in the
-// given version, which must be the one they call for: it fails rather than
-// drop an owner from a version 1 stream, or write a version 2 stream
-// without one. (The fence is m's, which is what chose version 3 or not.)
-func (s *onDisk) writeSnapshot(it *pebble.Iterator, version byte, m meta, w io.Writer, stopc <-chan struct{}) error {
+// rowSource is what writeSnapshot streams: a table's rows, in key order.
+type rowSource interface {
+	// next returns the next row; false at the end, or on an error that
+	// err then returns. The slices are valid until the next call.
+	next() (Lock, bool)
+	err() error
+}
+
+// pebbleRows is the rowSource of a scan of a shard's table in pebble.
+type pebbleRows struct {
+	it      *pebble.Iterator
+	shard   uint64
+	started bool
+	bad     error // a corrupt row
+}
+
+func (p *pebbleRows) next() (Lock, bool) {
+	var ok bool
+	if p.started {
+		ok = p.it.Next()
+	} else {
+		ok, p.started = p.it.First(), true
+	}
+	if !ok {
+		return Lock{}, false
+	}
+	k, v := p.it.Key()[prefixLen:], p.it.Value()
+	if !rowShapeOK(k, v) {
+		p.bad = fmt.Errorf("statemachine: shard %d: corrupt row %q", p.shard, k)
+		return Lock{}, false
+	}
+	r, owner := decodeRow(v)
+	return Lock{Key: k, Token: r.token, LeaseMs: r.leaseMs, Owner: owner}, true
+}
+
+func (p *pebbleRows) err() error {
+	if p.bad != nil {
+		return p.bad
+	}
+	if err := p.it.Error(); err != nil {
+		return fmt.Errorf("statemachine: shard %d: scan snapshot: %w", p.shard, err)
+	}
+	return nil
+}
+
+// writeSnapshot writes the stream of shard's rows and of m in the given
+// version, which must be the one they call for: it fails rather than drop
+// an owner from a version 1 stream, or write a version 2 stream without
+// one. (The fence is m's, which is what chose version 3 or not.)
+func writeSnapshot(shard uint64, rows rowSource, version byte, m meta, w io.Writer, stopc <-chan struct{}) error {
 	bw := bufio.NewWriterSize(w, snapBufSize)
 	var crc uint32
 	// Write errors are returned as they are: dragonboat's writer reports a
@@ -149,7 +198,7 @@ func (s *onDisk) writeSnapshot(it *pebble.Iterator, version byte, m meta, w io.W
 	buf := make([]byte, 0, maxRecordLen)
 	buf = append(buf, snapMagic...)
 	buf = append(buf, version)
-	buf = binary.LittleEndian.AppendUint32(buf, uint32(s.shard))
+	buf = binary.LittleEndian.AppendUint32(buf, uint32(shard))
 	buf = binary.LittleEndian.AppendUint64(buf, m.applied)
 	buf = binary.LittleEndian.AppendUint64(buf, m.seq)
 	if version == snapVersionFence {
@@ -159,39 +208,37 @@ func (s *onDisk) writeSnapshot(it *pebble.Iterator, version byte, m meta, w io.W
 		return err
 	}
 	var n, owned uint64
-	for ok := it.First(); ok; ok = it.Next() {
+	for ; ; n++ {
+		l, ok := rows.next()
+		if !ok {
+			break
+		}
 		if n%stopEvery == 0 && stopped(stopc) {
 			return sm.ErrSnapshotStopped
 		}
-		k, v := it.Key()[prefixLen:], it.Value()
-		if !rowShapeOK(k, v) {
-			return fmt.Errorf("statemachine: shard %d: corrupt row %q", s.shard, k)
-		}
-		r, owner := decodeRow(v)
-		if len(owner) > 0 {
+		if len(l.Owner) > 0 {
 			if version == snapVersionNoOwners {
-				return fmt.Errorf("statemachine: shard %d: row %q has an owner the table has not", s.shard, k)
+				return fmt.Errorf("statemachine: shard %d: row %q has an owner the table has not", shard, l.Key)
 			}
 			owned++
 		}
-		buf = binary.AppendUvarint(buf[:0], uint64(len(k)))
-		buf = append(buf, k...)
-		buf = binary.AppendUvarint(buf, r.token)
-		buf = binary.AppendUvarint(buf, uint64(r.leaseMs))
+		buf = binary.AppendUvarint(buf[:0], uint64(len(l.Key)))
+		buf = append(buf, l.Key...)
+		buf = binary.AppendUvarint(buf, l.Token)
+		buf = binary.AppendUvarint(buf, uint64(l.LeaseMs))
 		if recordsHaveOwners(version) {
-			buf = binary.AppendUvarint(buf, uint64(len(owner)))
-			buf = append(buf, owner...)
+			buf = binary.AppendUvarint(buf, uint64(len(l.Owner)))
+			buf = append(buf, l.Owner...)
 		}
 		if err := write(buf); err != nil {
 			return err
 		}
-		n++
 	}
-	if err := it.Error(); err != nil {
-		return fmt.Errorf("statemachine: shard %d: scan snapshot: %w", s.shard, err)
+	if err := rows.err(); err != nil {
+		return err
 	}
 	if version == snapVersion && owned == 0 {
-		return fmt.Errorf("statemachine: shard %d: the table has an owner no row has", s.shard)
+		return fmt.Errorf("statemachine: shard %d: the table has an owner no row has", shard)
 	}
 	buf = append(buf[:0], 0)
 	buf = binary.LittleEndian.AppendUint64(buf, n)
@@ -219,9 +266,8 @@ func (s *onDisk) RecoverFromSnapshot(r io.Reader, stopc <-chan struct{}) error {
 		return err
 	}
 	s.mu.Lock()
-	s.t = t
+	s.t, s.applied = t, applied
 	s.mu.Unlock()
-	s.applied = applied
 	s.uncheckpointed = 0 // writeTable wrote the whole table: a checkpoint
 	s.reset()
 	return nil
@@ -382,28 +428,44 @@ func (s *onDisk) readUvarint(br *bufio.Reader, rec []byte) (uint64, []byte, erro
 // writeTable replaces the shard's rows and meta in pebble by t's (its
 // rows, and its seq and fence at applied), in batches of bounded size.
 func (s *onDisk) writeTable(applied uint64, t *table, stopc <-chan struct{}) error {
-	b := s.db.NewBatch()
-	defer func() { _ = b.Close() }()
-	_ = b.Delete(s.metaKey[:], nil)
-	_ = b.DeleteRange(s.tableLo[:], s.tableHi[:], nil)
-	n := 0
-	for k, i := range t.slot {
-		if n%stopEvery == 0 && stopped(stopc) {
-			return sm.ErrSnapshotStopped
-		}
-		n++
-		s.putRow(b, k, t.rows[i], t.ownerOf(i))
-		if b.Len() >= recoverBatchSz {
-			if err := b.Commit(pebble.NoSync); err != nil {
-				return fmt.Errorf("statemachine: shard %d: write snapshot rows: %w", s.shard, err)
-			}
-			_ = b.Close()
-			b = s.db.NewBatch()
-		}
+	b, err := s.writeRows(t, stopc)
+	if err != nil {
+		return err
 	}
+	defer b.Close()
 	s.putMeta(b, t.meta(applied))
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("statemachine: shard %d: write snapshot meta: %w", s.shard, err)
 	}
 	return nil
+}
+
+// writeRows deletes the shard's meta and replaces its rows in pebble by
+// t's, in batches of bounded size, all committed but the last, which it
+// returns for the caller to add the meta to and commit. So the meta is
+// absent until the caller's commit, and Open drops rows without one.
+func (s *onDisk) writeRows(t *table, stopc <-chan struct{}) (*pebble.Batch, error) {
+	b := s.db.NewBatch()
+	fail := func(err error) (*pebble.Batch, error) {
+		_ = b.Close()
+		return nil, err
+	}
+	_ = b.Delete(s.metaKey[:], nil)
+	_ = b.DeleteRange(s.tableLo[:], s.tableHi[:], nil)
+	n := 0
+	for k, i := range t.slot {
+		if n%stopEvery == 0 && stopped(stopc) {
+			return fail(sm.ErrSnapshotStopped)
+		}
+		n++
+		s.putRow(b, k, t.rows[i], t.ownerOf(i))
+		if b.Len() >= recoverBatchSz {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				return fail(fmt.Errorf("statemachine: shard %d: write snapshot rows: %w", s.shard, err))
+			}
+			_ = b.Close()
+			b = s.db.NewBatch()
+		}
+	}
+	return b, nil
 }

@@ -2,9 +2,9 @@ package main
 
 // What the commands share: the lock commands' exit statuses, flags
 // (--addr, --timeout, --json, the TLS and secret flags of security.go;
-// --wait, which bench has too) and command-line parsing, the checks of a
-// lease and a wait, making the client, and reporting a result or a
-// failure.
+// --wait, which bench has too; --http, which status and backup have) and
+// command-line parsing, the checks of a lease and a wait, making the
+// client, and reporting a result or a failure.
 
 import (
 	"context"
@@ -36,6 +36,10 @@ const (
 const defaultTimeout = 10 * time.Second
 
 const defaultAddr = "127.0.0.1:7700"
+
+// defaultHTTPAddr is the --http of status and backup when neither the flag
+// nor BATON_HTTP says.
+const defaultHTTPAddr = "127.0.0.1:7780"
 
 // commonOpts are the flags every lock command has.
 type commonOpts struct {
@@ -237,4 +241,27 @@ func (w *waitFlag) Set(s string) error {
 	}
 	w.d = d
 	return nil
+}
+
+// httpFlag defines --http, a node's --http address, on fs: by default
+// $BATON_HTTP, else defaultHTTPAddr.
+func httpFlag(fs *flag.FlagSet, p *string, getenv func(string) string) {
+	addr := defaultHTTPAddr
+	if v := getenv("BATON_HTTP"); v != "" {
+		addr = v
+	}
+	fs.StringVar(p, "http", addr, "")
+}
+
+// nodeURL is the URL of path on the node whose --http address is addr
+// (host:port, or an http:// URL).
+func nodeURL(addr, path string) (string, error) {
+	url := strings.TrimSpace(addr)
+	if url == "" {
+		return "", errors.New("--http: no address")
+	}
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	return strings.TrimSuffix(url, "/") + path, nil
 }

@@ -2,7 +2,8 @@
 //
 // It is a dispatcher of subcommands: acquire, release, extend, query and
 // lock talk to a cluster through package client; status prints a node's
-// /status; bench is the load generator (package bench). See baton --help.
+// /status and backup writes its /backup to a file; bench is the load
+// generator (package bench). See baton --help.
 package main
 
 import (
@@ -53,6 +54,7 @@ var commands = []command{
 	{"query", "show who holds a key: token, owner, lease left", runQuery},
 	{"lock", "run a command while holding a lock", runLock},
 	{"status", "show a node's view of itself and its cluster (its --http)", runStatus},
+	{"backup", "write a backup of a node's lock table to a file (batond --restore)", runBackup},
 	{"bench", "drive load against a server and measure it", runBench},
 }
 
@@ -69,7 +71,7 @@ Environment:
                (otherwise 127.0.0.1:7700)
   BATON_AUTH   the shared secret of a server started with --auth-file,
                unless --auth-file names a file holding it
-  BATON_HTTP   default node HTTP address for status --http
+  BATON_HTTP   default node HTTP address for status and backup --http
                (otherwise 127.0.0.1:7780)
 
 TLS and the secret (protocol 1.2): the lock commands take --tls, --tls-ca,

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -18,8 +17,6 @@ import (
 
 	"github.com/baton-dev/baton/status"
 )
-
-const defaultHTTPAddr = "127.0.0.1:7780"
 
 const statusUsage = `baton status: show what a node knows of itself and of its cluster.
 
@@ -52,13 +49,9 @@ type statusOpts struct {
 }
 
 func statusFlags(o *statusOpts, getenv func(string) string) *flag.FlagSet {
-	addr := defaultHTTPAddr
-	if v := getenv("BATON_HTTP"); v != "" {
-		addr = v
-	}
 	fs := flag.NewFlagSet("baton status", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
-	fs.StringVar(&o.http, "http", addr, "")
+	httpFlag(fs, &o.http, getenv)
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "")
 	fs.BoolVar(&o.json, "json", false, "")
 	return fs
@@ -70,14 +63,10 @@ func runStatus(e env, args []string) int {
 	if _, code, done := parseCommand(e, "status", statusUsage, fs, args, 0, 0); done {
 		return code
 	}
-	url := strings.TrimSpace(o.http)
-	if url == "" {
-		return usageError(e, "status", errors.New("--http: no address"))
+	url, err := nodeURL(o.http, "/status")
+	if err != nil {
+		return usageError(e, "status", err)
 	}
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
-	url = strings.TrimSuffix(url, "/") + "/status"
 
 	ctx, cancel := limited(e, o.timeout)
 	defer cancel()

@@ -37,7 +37,7 @@ func httpGet(t *testing.T, n *harness.Node, path string) (int, string) {
 	if err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
-	want := map[string]string{"/metrics": "text/plain; version=0.0.4", "/status": "application/json", "/healthz": "text/plain"}[path]
+	want := map[string]string{"/metrics": "text/plain; version=0.0.4", "/status": "application/json", "/healthz": "text/plain", "/backup": "application/octet-stream"}[path]
 	if got := resp.Header.Get("Content-Type"); !strings.HasPrefix(got, want) {
 		t.Fatalf("GET %s: Content-Type %q, want %q", path, got, want)
 	}

@@ -52,8 +52,15 @@ Flags:
   --shards N      number of Raft groups keys are spread over, fixed when the
                   cluster is first started; 0 takes the value stored in DIR
                   (default 0, meaning 4 for a new data dir)
-  --http ADDR     serve /metrics (Prometheus), /healthz and /status (JSON)
-                  on ADDR, e.g. 127.0.0.1:7780 (default off)
+  --http ADDR     serve /metrics (Prometheus), /healthz, /status (JSON) and
+                  /backup (the lock table, for baton backup) on ADDR, e.g.
+                  127.0.0.1:7780 (default off)
+  --restore FILE  start a new cluster from a backup (baton backup): check
+                  FILE whole, then write its locks and token counters into
+                  DIR before Raft starts. DIR must not hold a cluster yet,
+                  and --shards must be 0 or the backup's. Start every node
+                  of the new cluster with the same FILE, once: later starts
+                  go without it (default off)
   --raft-listen ADDR
                   bind Raft here instead of this node's RAFT_ADDR in
                   --peers, which stays the address peers dial (for NAT,
@@ -146,6 +153,7 @@ type options struct {
 	logLevel   string
 	logFormat  string
 	raftLog    string
+	restore    string
 	limits     engine.Limits
 
 	authFile    string
@@ -205,7 +213,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := engine.Config{
 		ID: opts.id, Peers: peers, RaftListen: opts.raftListen, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt,
-		SnapshotEntries: opts.snapEvery, RaftLog: opts.raftLog, Limits: opts.limits, Logger: log,
+		SnapshotEntries: opts.snapEvery, RaftLog: opts.raftLog, Restore: opts.restore, Limits: opts.limits, Logger: log,
 	}
 	if err := opts.security(&cfg); err != nil {
 		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
@@ -261,6 +269,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.raftTLSCA, "raft-tls-ca", "", "")
 	fs.StringVar(&o.raftTLSCert, "raft-tls-cert", "", "")
 	fs.StringVar(&o.raftTLSKey, "raft-tls-key", "", "")
+	fs.StringVar(&o.restore, "restore", "", "")
 	limitFlags(fs, &o.limits)
 	if err := fs.Parse(args); err != nil {
 		return o, err

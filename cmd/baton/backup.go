@@ -1,0 +1,162 @@
+package main
+
+// baton backup: a node's GET /backup, checked as it arrives and written to
+// a file only whole, for batond --restore.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/backup"
+)
+
+const defaultBackupTimeout = 10 * time.Minute
+
+const backupUsage = `baton backup: write a backup of a node's lock table to a file.
+
+Usage:
+  baton backup -o FILE [flags]
+
+Reads /backup from a batond started with --http ADDR: every shard's locks
+(keys, tokens, leases, owners) and token counter, as that node has applied
+them, each shard at one point in time. Back up a leader (baton status shows
+which node leads): a follower may lag it a little. A new cluster starts
+from the file with batond --restore FILE; its tokens go on above every
+token of the backup.
+
+The backup is checked as it arrives (its framing and every shard's
+checksum) and written to a temporary file beside FILE, which is synced and
+renamed to FILE only once all of it has arrived and passed: a backup cut
+short or damaged on the way leaves FILE as it was. FILE is readable by its
+owner only: it holds every lock's key and owner.
+
+Flags:
+  -o, --output FILE  where to write the backup (required)
+  --http ADDR        the node's --http address, host:port or an http:// URL
+                     (default $BATON_HTTP, else ` + defaultHTTPAddr + `)
+  --timeout DURATION how long the whole backup may take; 0 for no limit
+                     (default 10m)
+  --json             print what was written as one JSON object
+  --help             show this text
+
+Exit status: 0 written; 1 the node could not be reached, refused, or sent
+a bad or incomplete backup, or FILE could not be written; 2 bad usage;
+130 interrupted.
+`
+
+type backupOpts struct {
+	http    string
+	output  string
+	json    bool
+	timeout time.Duration
+}
+
+func backupFlags(o *backupOpts, getenv func(string) string) *flag.FlagSet {
+	fs := flag.NewFlagSet("baton backup", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
+	httpFlag(fs, &o.http, getenv)
+	fs.StringVar(&o.output, "o", "", "")
+	fs.StringVar(&o.output, "output", "", "")
+	fs.DurationVar(&o.timeout, "timeout", defaultBackupTimeout, "")
+	fs.BoolVar(&o.json, "json", false, "")
+	return fs
+}
+
+func runBackup(e env, args []string) int {
+	var o backupOpts
+	fs := backupFlags(&o, e.getenv)
+	if _, code, done := parseCommand(e, "backup", backupUsage, fs, args, 0, 0); done {
+		return code
+	}
+	if o.output == "" {
+		return usageError(e, "backup", errors.New("-o FILE: where to write the backup"))
+	}
+	url, err := nodeURL(o.http, "/backup")
+	if err != nil {
+		return usageError(e, "backup", err)
+	}
+	ctx, cancel := limited(e, o.timeout)
+	defer cancel()
+	parts, size, err := fetchBackup(ctx, url, o.output)
+	if err != nil {
+		return failure(e, "backup", err)
+	}
+	locks := uint64(0)
+	for _, p := range parts {
+		locks += p.Locks
+	}
+	if o.json {
+		printJSON(e.stdout, map[string]any{"file": o.output, "shards": len(parts), "locks": locks, "bytes": size})
+	} else {
+		fmt.Fprintf(e.stdout, "%s: %d shards, %d locks, %d bytes\n", o.output, len(parts), locks, size)
+	}
+	return exitOK
+}
+
+// fetchBackup GETs the backup at url and writes it to path atomically: the
+// body goes through backup.Check into a temporary file beside path, which
+// replaces path only once the whole backup has arrived and passed.
+func fetchBackup(ctx context.Context, url, path string) (parts []backup.Part, size int64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		reason := strings.Join(strings.Fields(string(msg)), " ")
+		if resp.StatusCode == http.StatusNotFound {
+			reason = "no /backup here (a batond from before backups?)"
+		}
+		return nil, 0, fmt.Errorf("%s: %s: %s", url, resp.Status, reason)
+	}
+
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if parts, err = backup.Check(io.TeeReader(resp.Body, tmp)); err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", url, err)
+	}
+	if size, err = tmp.Seek(0, io.SeekCurrent); err != nil {
+		return nil, 0, err
+	}
+	if err = tmp.Sync(); err != nil {
+		return nil, 0, err
+	}
+	if err = tmp.Close(); err != nil {
+		return nil, 0, err
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return nil, 0, err
+	}
+	// The rename is durable once the directory is.
+	return parts, size, syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,257 @@
+package main_test
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/engine"
+	"github.com/baton-dev/baton/tools/harness"
+)
+
+// Backups (GET /backup) and batond --restore: a new cluster started from a
+// backup holds the old cluster's locks, and its tokens go on above the old
+// ones.
+
+// backupLock is a lock of the old cluster as the test took it.
+type backupLock struct {
+	key, owner string
+	token      uint64
+}
+
+// oldLocks takes locks on c, every shard of 4 among them: two in three
+// held (every other one with an owner), the rest released, and on each
+// shard a last grant released, so that every shard's token counter is
+// above the tokens it holds. It returns the held locks, the freed keys and
+// the highest token each shard issued.
+func oldLocks(t *testing.T, c *harness.Conn) (held []backupLock, freed []string, maxToken map[uint64]uint64) {
+	t.Helper()
+	maxToken = map[uint64]uint64{}
+	take := func(key, owner string) uint64 {
+		line := fmt.Sprintf("A %s 600000 0", key)
+		if owner != "" {
+			line += " " + owner
+		}
+		c.Send(line)
+		tok := readGrant(t, c, key, answerWithin)
+		shard := tok & 1023 // the token's low bits are its shard (statemachine)
+		maxToken[shard] = max(maxToken[shard], tok)
+		return tok
+	}
+	release := func(key string, tok uint64) {
+		do(t, c, fmt.Sprintf("R %s %d", key, tok), "R "+key+" OK")
+		freed = append(freed, key)
+	}
+	for i := range 24 {
+		key, owner := fmt.Sprintf("bk/%d", i), ""
+		if i%2 == 0 {
+			owner = fmt.Sprintf("owner-%d", i)
+		}
+		tok := take(key, owner)
+		if i%3 == 2 {
+			release(key, tok)
+		} else {
+			held = append(held, backupLock{key, owner, tok})
+		}
+	}
+	for shard := uint64(1); shard <= 4; shard++ {
+		key := keyOfShard(t, "bk/last/", shard)
+		release(key, take(key, ""))
+	}
+	if len(maxToken) != 4 {
+		t.Fatalf("tokens of %d shards, want 4", len(maxToken))
+	}
+	return held, freed, maxToken
+}
+
+// keyOfShard is the first key prefix+N of shard (of 4).
+func keyOfShard(t *testing.T, prefix string, shard uint64) string {
+	t.Helper()
+	for i := range 1000 {
+		if k := fmt.Sprintf("%s%d", prefix, i); engine.ShardOf([]byte(k), 4) == shard {
+			return k
+		}
+	}
+	t.Fatalf("no key %sN of shard %d", prefix, shard)
+	return ""
+}
+
+// takeBackup GETs /backup of n into a file and returns its path.
+func takeBackup(t *testing.T, n *harness.Node) string {
+	t.Helper()
+	code, body := httpGet(t, n, "/backup")
+	if code != http.StatusOK {
+		t.Fatalf("GET /backup: %d %q", code, body)
+	}
+	path := filepath.Join(t.TempDir(), "baton.backup")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// expectRestored checks, on the leader of a restored cluster, that every
+// held lock is held with its token and owner, and that every freed key is
+// free.
+func expectRestored(t *testing.T, c *harness.Conn, held []backupLock, freed []string) {
+	t.Helper()
+	for _, l := range held {
+		want := `^Q ` + regexp.QuoteMeta(l.key) + ` HELD ` + fmt.Sprint(l.token) + ` [0-9]+$`
+		if l.owner != "" {
+			want = `^Q ` + regexp.QuoteMeta(l.key) + ` HELD ` + fmt.Sprint(l.token) + ` [0-9]+ ` + regexp.QuoteMeta(l.owner) + `$`
+		}
+		match(t, c.Do(t, "Q "+l.key), want)
+	}
+	for _, k := range freed {
+		queryFree(t, c, k)
+	}
+}
+
+// TestBackupRestore: a backup of a three-node cluster's leader holding
+// locks starts a new three-node cluster (every node with --restore FILE)
+// in which every lock is held with its token and owner, every freed key is
+// free, and every new grant's token is above every token its shard issued
+// before the backup; every replica holds the table, and --restore into
+// the data dir of a node that has run is refused.
+func TestBackupRestore(t *testing.T) {
+	t.Parallel()
+	bin := harness.Bin(t)
+	old := harness.StartCluster(t, bin, 3, harness.Options{Shards: 4, HTTP: true})
+	waitLeads(t, old, old[0], 15*time.Second)
+	held, freed, maxToken := oldLocks(t, harness.Dial(t, old[0].ClientAddr))
+	file := takeBackup(t, old[0])
+	// The new cluster needs nothing of the old one.
+	for _, n := range old {
+		if code, err := n.Stop(); err != nil || code != 0 {
+			t.Fatalf("stop node %d: exit %d, %v", n.ID, code, err)
+		}
+	}
+
+	nodes := harness.StartCluster(t, bin, 3, harness.Options{Shards: 4, HTTP: true, Args: []string{"--restore", file}})
+	for _, n := range nodes {
+		eventuallyHolds(t, n, len(held))
+	}
+	waitLeads(t, nodes, nodes[0], 15*time.Second)
+	c := harness.Dial(t, nodes[0].ClientAddr)
+	expectRestored(t, c, held, freed)
+
+	// An owner's retry gets its own grant back; a new grant, of a freed
+	// key or of a new one, gets a token above every token of its shard.
+	for _, l := range held {
+		if l.owner != "" {
+			do(t, c, fmt.Sprintf("A %s 600000 0 %s", l.key, l.owner), fmt.Sprintf("A %s OK %d", l.key, l.token))
+			break
+		}
+	}
+	keys := slices.Clone(freed)
+	for shard := uint64(1); shard <= 4; shard++ {
+		keys = append(keys, keyOfShard(t, "bk/new/", shard))
+	}
+	for _, k := range keys {
+		tok := acquire(t, c, k, 600000)
+		if shard := tok & 1023; tok <= maxToken[shard] {
+			t.Fatalf("%s: token %d, not above %d, the highest of shard %d before the backup", k, tok, maxToken[shard], shard)
+		}
+	}
+
+	// A node that has run is not restored again; without --restore it
+	// starts as it was.
+	n := nodes[2]
+	if code, err := n.Stop(); err != nil || code != 0 {
+		t.Fatalf("stop node 3: exit %d, %v", code, err)
+	}
+	expectRefusal(t, harness.Run(t, bin, "", 30*time.Second, n.Args...), "has a cluster already")
+	n.Args = slices.DeleteFunc(n.Args, func(a string) bool { return a == "--restore" || a == file })
+	n.Start()
+	eventuallyHolds(t, n, len(held)+len(keys))
+}
+
+// eventuallyHolds waits until n's /status says it holds want locks (its
+// replicas' tables: followers too).
+func eventuallyHolds(t *testing.T, n *harness.Node, want int) {
+	t.Helper()
+	var held int64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if held = getStatus(t, n).Held; held == int64(want) {
+			return
+		}
+	}
+	t.Fatalf("node %d holds %d locks, want %d", n.ID, held, want)
+}
+
+// TestRestoreRefusals: batond --restore refuses, in one line and before it
+// writes a settings file, a damaged or cut backup, a missing file and a
+// --shards other than the backup's; with --shards 0 it takes the backup's.
+func TestRestoreRefusals(t *testing.T) {
+	t.Parallel()
+	bin := harness.Bin(t)
+	src := harness.StartNode(t, bin, harness.Options{Shards: 4, HTTP: true})
+	held, freed, _ := oldLocks(t, harness.Dial(t, src.ClientAddr))
+	file := takeBackup(t, src)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	damaged, cut := filepath.Join(dir, "damaged"), filepath.Join(dir, "cut")
+	d := slices.Clone(data)
+	d[len(d)/2] ^= 0x20
+	if err := os.WriteFile(damaged, d, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cut, data[:len(data)-7], 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		words []string
+	}{
+		{"damaged", []string{"--restore", damaged}, []string{"bad backup", "bad snapshot"}},
+		{"cut", []string{"--restore", cut}, []string{"truncated"}},
+		{"missing", []string{"--restore", filepath.Join(dir, "none")}, []string{"no such file"}},
+		{"other shard count", []string{"--restore", file, "--shards", "2"}, []string{"backup of 4 shards"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "data")
+			args := append(singleNodeArgs(t, data), tc.args...)
+			expectRefusal(t, harness.Run(t, bin, "", 30*time.Second, args...), tc.words...)
+			if _, err := os.Stat(filepath.Join(data, "baton.json")); !os.IsNotExist(err) {
+				t.Fatalf("a refused restore left a settings file (%v)", err)
+			}
+		})
+	}
+
+	// Into the data dir of a node that has run: refused, and harmless.
+	if code, err := src.Stop(); err != nil || code != 0 {
+		t.Fatalf("stop: exit %d, %v", code, err)
+	}
+	args := append(slices.Clone(src.Args), "--restore", file)
+	expectRefusal(t, harness.Run(t, bin, "", 30*time.Second, args...), "has a cluster already")
+	src.Start()
+	expectRestored(t, harness.Dial(t, src.ClientAddr), held, freed)
+
+	// --shards 0 (no --shards) takes the backup's 4.
+	addrs := harness.FreeAddrs(t, 2)
+	n := harness.NewNode(t, bin, t.TempDir(), addrs[1], "--id", "1", "--peers", addrs[0]+"/"+addrs[1],
+		"--data", filepath.Join(t.TempDir(), "data"), "--restore", file)
+	n.Start()
+	expectRestored(t, harness.Dial(t, n.ClientAddr), held, freed)
+}
+
+func TestRestoreHelp(t *testing.T) {
+	t.Parallel()
+	res := harness.Run(t, harness.Bin(t), "", 10*time.Second, "--help")
+	for _, w := range []string{"--restore FILE", "/backup", "baton backup"} {
+		if !strings.Contains(res.Stdout, w) {
+			t.Errorf("--help does not mention %s", w)
+		}
+	}
+}
