@@ -3,7 +3,6 @@ package statemachine
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -14,6 +13,8 @@ import (
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/logger"
 	"github.com/lni/dragonboat/v4/tools"
+
+	"github.com/baton-dev/baton/tools/harness"
 )
 
 func init() {
@@ -21,16 +22,6 @@ func init() {
 		"raftpb", "settings", "tan", "pebblekv", "registry", "server", "gossip", "LogDB", "tools"} {
 		logger.GetLogger(name).SetLevel(logger.ERROR)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // startNode starts a one-replica NodeHost for shard over the pebble DB in
@@ -107,7 +98,7 @@ func TestInNodeHost(t *testing.T) {
 		t.Skip("starts dragonboat")
 	}
 	const shard = 12
-	dir, dbDir, addr := t.TempDir(), t.TempDir(), freeAddr(t)
+	dir, dbDir, addr := t.TempDir(), t.TempDir(), harness.FreeAddr(t)
 	obs := newRecorder()
 	nh, stop := startNode(t, dir, addr, map[uint64]string{1: addr}, shard, obs, dbDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -208,7 +199,7 @@ func TestSnapshotThroughDragonboat(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	dirA, dbDirA, addrA := t.TempDir(), t.TempDir(), freeAddr(t)
+	dirA, dbDirA, addrA := t.TempDir(), t.TempDir(), harness.FreeAddr(t)
 	nh, stop := startNode(t, dirA, addrA, map[uint64]string{1: addrA}, shard, nil, dbDirA)
 	var b Batch
 	for i := range 300 {
@@ -284,7 +275,7 @@ func TestFenceThroughAFollower(t *testing.T) {
 	const a, b = 0xa1, 0xb2
 	members := map[uint64]string{}
 	for id := uint64(1); id <= replicas; id++ {
-		members[id] = freeAddr(t)
+		members[id] = harness.FreeAddr(t)
 	}
 	nhs := make([]*dragonboat.NodeHost, replicas+1) // by replica id
 	obs := make([]*recorder, replicas+1)

@@ -43,7 +43,7 @@ func startNode(t *testing.T) *harness.Node {
 // --- protocol helpers -------------------------------------------------------
 
 // match fails t unless line matches pattern; it returns the submatches.
-func match(t *testing.T, line, pattern string) []string {
+func match(t testing.TB, line, pattern string) []string {
 	t.Helper()
 	m := regexp.MustCompile(pattern).FindStringSubmatch(line)
 	if m == nil {
@@ -52,7 +52,7 @@ func match(t *testing.T, line, pattern string) []string {
 	return m
 }
 
-func parseU64(t *testing.T, s string) uint64 {
+func parseU64(t testing.TB, s string) uint64 {
 	t.Helper()
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
@@ -68,7 +68,7 @@ func grantPattern(key string) string {
 
 // readGrant reads one line within d and returns the token of the grant it
 // must be.
-func readGrant(t *testing.T, c *harness.Conn, key string, d time.Duration) uint64 {
+func readGrant(t testing.TB, c *harness.Conn, key string, d time.Duration) uint64 {
 	t.Helper()
 	line, err := c.ReadLine(d)
 	if err != nil {
@@ -154,7 +154,7 @@ func eventually(t *testing.T, c *harness.Conn, key, want string, d time.Duration
 
 // heldBy queries key, which must be held with token by owner, and returns
 // the remaining lease.
-func heldBy(t *testing.T, c *harness.Conn, key string, token uint64, owner string) (remainingMs uint64) {
+func heldBy(t testing.TB, c *harness.Conn, key string, token uint64, owner string) (remainingMs uint64) {
 	t.Helper()
 	line := c.Do(t, "Q "+key)
 	m := match(t, line, `^Q `+regexp.QuoteMeta(key)+` HELD ([1-9][0-9]*) ([0-9]+) (\S+)$`)

@@ -184,7 +184,7 @@ func flood(c *harness.Conn, line string, limit int) error {
 // 64-byte owner (each 8-byte query is answered with about 90 bytes), and
 // returns by how much n's RSS grew once all of them were cut off. Another
 // client is served meanwhile and after.
-func neverReading(t *testing.T, n *harness.Node, clients int) (growth int64) {
+func neverReading(t testing.TB, n *harness.Node, clients int) (growth int64) {
 	t.Helper()
 	h := harness.Dial(t, n.ClientAddr)
 	owner := strings.Repeat("o", 64)
@@ -226,6 +226,35 @@ func TestNeverReadingClientCutOff(t *testing.T) {
 		t.Fatalf("RSS grew by %d MiB for %d clients, want at most %d MiB", growth>>20, clients, bound>>20)
 	}
 	waitForLog(t, n, 5*time.Second, `msg="limit hit" limit=max-unsent-per-conn value=4194304 count=[1-9]`)
+}
+
+// BenchmarkNeverReadingClients reports by how much a node's RSS grows for
+// 4 clients that never read their answers, with the default limits, with
+// the per-connection limit at 64 MiB as it was before the limits, and with
+// that but 8 MiB over all connections: the figures of BENCHMARKS.md, each
+// setting on a fresh node, in one run.
+//
+//	go test -run '^$' -bench NeverReadingClients -benchtime 1x -count 3 ./cmd/batond
+func BenchmarkNeverReadingClients(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"default", nil},
+		{"per-conn=64MiB", []string{"--max-unsent-per-conn", "64MiB"}},
+		{"per-conn=64MiB,total=8MiB", []string{"--max-unsent-per-conn", "64MiB", "--max-unsent", "8MiB"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var growth int64
+			for b.Loop() {
+				b.StopTimer()
+				n := harness.StartNode(b, harness.Bin(b), harness.Options{Shards: 1, Args: c.args})
+				b.StartTimer()
+				growth = neverReading(b, n, 4)
+			}
+			b.ReportMetric(float64(growth)/(1<<20), "MiB-RSS-growth")
+		})
+	}
 }
 
 // Past --max-unsent over all connections, the connections with the most

@@ -74,12 +74,17 @@ func (r *Recorder) Start() time.Time { return r.start }
 // with Return = now, and traffic after this is ignored (the run is over;
 // what comes later is teardown).
 func (r *Recorder) Finish() {
-	t := r.Since()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.finished {
 		return
 	}
+	// Read under mu: a request is registered under mu with a Call read
+	// before it took mu, so every one registered so far has its Call before
+	// this, and gets a Return after its Call. (Read before mu, a request
+	// registered in between came out with Return < Call: "outstanding",
+	// which the eighth 30-minute run flagged as a hang.)
+	t := r.Since()
 	for _, c := range r.conns {
 		c.abandonLocked(t)
 	}

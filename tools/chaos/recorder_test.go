@@ -472,3 +472,35 @@ func TestRecorderOwners(t *testing.T) {
 		t.Errorf("problems: %v", p)
 	}
 }
+
+// A request sent while Finish runs is either ignored or made unknown with a
+// Return after its Call, never left looking outstanding (Return before
+// Call), which checkHangs would report.
+func TestRecorderFinishRacesASend(t *testing.T) {
+	for round := range 300 {
+		rec := NewRecorder()
+		cli, srv := net.Pipe()
+		wc := rec.Wrap(cli)
+		go func() { _, _ = io.Copy(io.Discard, srv) }()
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				_, _ = fmt.Fprintf(wc, "Q k%d\n", i)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			rec.Finish()
+		}()
+		wg.Wait()
+		for _, o := range rec.History() {
+			if !o.Answered && o.Return < o.Call {
+				t.Fatalf("round %d: %v left outstanding by Finish (Return %v < Call %v)", round, o, o.Return, o.Call)
+			}
+		}
+		_ = wc.Close()
+		_ = srv.Close()
+	}
+}
