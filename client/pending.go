@@ -86,29 +86,14 @@ type callQueue struct {
 // and pushes calls in the same critical section that queues their request
 // bytes, so that the table's order is the wire's order.
 type pendingTable struct {
-	byOp [4]map[string]*callQueue // indexed by opIndex
+	byOp [codec.NumOps]map[string]*callQueue // indexed by codec.OpIndex
 	n    int
 }
 
-// opIndex maps the four request ops to 0..3, and anything else to -1.
-func opIndex(op byte) int {
-	switch op {
-	case codec.OpAcquire:
-		return 0
-	case codec.OpRelease:
-		return 1
-	case codec.OpExtend:
-		return 2
-	case codec.OpQuery:
-		return 3
-	}
-	return -1
-}
-
-// push appends c behind the earlier calls of its (op, key). c.op must be one
-// of the four request ops.
+// push appends c behind the earlier calls of its (op, key). c.op must be a
+// request op.
 func (p *pendingTable) push(c *call) {
-	i := opIndex(c.op)
+	i := codec.OpIndex(c.op)
 	m := p.byOp[i]
 	if m == nil {
 		m = make(map[string]*callQueue)
@@ -128,7 +113,7 @@ func (p *pendingTable) push(c *call) {
 // pop removes and returns the oldest call of (op, key), or nil when there is
 // none: an answer nobody asked for.
 func (p *pendingTable) pop(op byte, key []byte) *call {
-	i := opIndex(op)
+	i := codec.OpIndex(op)
 	if i < 0 || p.byOp[i] == nil {
 		return nil
 	}

@@ -49,7 +49,7 @@ func TestPendingReuseAfterEmpty(t *testing.T) {
 			t.Fatalf("round %d: got %p, want %p", i, got, c)
 		}
 	}
-	if len(p.byOp[opIndex('Q')]) != 0 {
+	if len(p.byOp[codec.OpIndex('Q')]) != 0 {
 		t.Fatal("an emptied queue stays in the map")
 	}
 }

@@ -25,6 +25,27 @@ const (
 	OpHello byte = 'H'
 )
 
+// NumOps is the number of request ops (A, R, K, Q and H).
+const NumOps = 5
+
+// OpIndex maps a request op to 0..NumOps-1 (A, R, K, Q, H in that order) and
+// anything else to -1, so that tables kept per op can be arrays.
+func OpIndex(op byte) int {
+	switch op {
+	case OpAcquire:
+		return 0
+	case OpRelease:
+		return 1
+	case OpExtend:
+		return 2
+	case OpQuery:
+		return 3
+	case OpHello:
+		return 4
+	}
+	return -1
+}
+
 // HelloKey is what an answer to H carries in the key field.
 const HelloKey = "-"
 

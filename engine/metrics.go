@@ -64,22 +64,14 @@ type shardStats struct {
 }
 
 // Ops in series labels; opIndex maps an op letter to its place.
-const numOps = 5
+const numOps = codec.NumOps
 
 var opLabels = [numOps + 1]string{"A", "R", "K", "Q", "H", "?"}
 
+// opIndex is codec.OpIndex, with numOps ("?") for anything else.
 func opIndex(op byte) int {
-	switch op {
-	case codec.OpAcquire:
-		return 0
-	case codec.OpRelease:
-		return 1
-	case codec.OpExtend:
-		return 2
-	case codec.OpQuery:
-		return 3
-	case codec.OpHello:
-		return 4
+	if i := codec.OpIndex(op); i >= 0 {
+		return i
 	}
 	return numOps
 }
