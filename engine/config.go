@@ -53,6 +53,11 @@ type Config struct {
 	// "" means the one DataDir was created with, or DefaultRaftLog for a
 	// new one. It cannot change for an existing data dir.
 	RaftLog string
+	// RaftTransport is how this node's Raft messages travel,
+	// RaftTransportBaton or RaftTransportDragonboat; "" means
+	// DefaultRaftTransport. Every node of a cluster must use the same
+	// one: the two do not understand each other.
+	RaftTransport string
 	// Restore, when set, is a backup file (GET /backup, baton backup) a
 	// new cluster starts from: Start checks it whole, then writes its
 	// tables into the new data dir's lock table before Raft starts. A data
@@ -97,6 +102,18 @@ const (
 	RaftLogDragonboat = "dragonboat"
 	// DefaultRaftLog is the store of a new data dir.
 	DefaultRaftLog = RaftLogBaton
+)
+
+// Raft transports (Config.RaftTransport).
+const (
+	// RaftTransportBaton is engine/raftnet: a frame per message batch,
+	// written with one system call and read through a buffer.
+	RaftTransportBaton = "baton"
+	// RaftTransportDragonboat is dragonboat's own TCP transport, which
+	// makes three writes of each batch.
+	RaftTransportDragonboat = "dragonboat"
+	// DefaultRaftTransport is the transport when none is named.
+	DefaultRaftTransport = RaftTransportBaton
 )
 
 // ParsePeers parses the --peers syntax: RAFT_ADDR/CLIENT_ADDR entries,
@@ -153,6 +170,8 @@ func (c *Config) validate() error {
 		return errors.New("--data is empty")
 	case c.RaftLog != "" && c.RaftLog != RaftLogBaton && c.RaftLog != RaftLogDragonboat:
 		return fmt.Errorf("--raft-log %q: want %s or %s", c.RaftLog, RaftLogBaton, RaftLogDragonboat)
+	case c.RaftTransport != "" && c.RaftTransport != RaftTransportBaton && c.RaftTransport != RaftTransportDragonboat:
+		return fmt.Errorf("--raft-transport %q: want %s or %s", c.RaftTransport, RaftTransportBaton, RaftTransportDragonboat)
 	}
 	if err := c.Limits.Validate(); err != nil {
 		return err

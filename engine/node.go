@@ -48,6 +48,7 @@ import (
 	"github.com/lni/dragonboat/v4/raftio"
 
 	"github.com/baton-dev/baton/engine/raftlog"
+	"github.com/baton-dev/baton/engine/raftnet"
 	sm "github.com/baton-dev/baton/statemachine"
 )
 
@@ -95,6 +96,9 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.SnapshotEntries == 0 {
 		cfg.SnapshotEntries = DefaultSnapshotEntries
+	}
+	if cfg.RaftTransport == "" {
+		cfg.RaftTransport = DefaultRaftTransport
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -157,6 +161,9 @@ func (n *Node) start() error {
 		RaftEventListener: n,
 		EnableMetrics:     true, // dragonboat's series, in the library's default set (/metrics)
 		Expert:            raftStorageConfig(n.cfg.RaftLog),
+	}
+	if n.cfg.RaftTransport == RaftTransportBaton {
+		nhc.Expert.TransportFactory = &raftnet.Factory{Log: n.log}
 	}
 	if n.cfg.RaftTLS != nil {
 		n.cfg.RaftTLS.apply(&nhc)
@@ -230,7 +237,7 @@ func (n *Node) logStarted() {
 	n.log.Info("batond started", "id", n.cfg.ID, "client", me.ClientAddr, "raft", me.RaftAddr,
 		"raft_listen", n.cfg.raftListen(), "data", n.cfg.DataDir, "shards", n.cfg.Shards,
 		"peers", joinPeers(n.cfg.peerStrings()), "rtt", n.cfg.RTT.String(), "snapshot_entries", n.cfg.SnapshotEntries,
-		"raft_log", n.cfg.RaftLog, "limits", n.cfg.Limits,
+		"raft_log", n.cfg.RaftLog, "raft_transport", n.cfg.RaftTransport, "limits", n.cfg.Limits,
 		"tls", n.cfg.TLSListen, "raft_tls", n.cfg.RaftTLS != nil, "auth", n.secretHash != nil)
 }
 

@@ -8,6 +8,7 @@
 #   tools/bench-flushes.sh           # NODES=3 SHARDS=4 CONNS=1 DEPTH=1 DURATION=6s RUNS=3
 #   CONNS=16 DEPTH=16 tools/bench-flushes.sh
 #   RAFT_LOG=dragonboat tools/bench-flushes.sh    # batond --raft-log (default: batond's default)
+#   BATOND_FLAGS="--snapshot-entries 2000" tools/bench-flushes.sh   # more flags for every batond
 #
 # The count is the whole device's: anything else writing to the disk in
 # the meantime is counted too, so run it on a quiet machine.
@@ -34,7 +35,7 @@ startall() {
 	rm -rf "$work"/n*
 	for i in $(seq "$NODES"); do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
 	for i in $(seq "$NODES"); do
-		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --shards "$SHARDS" ${RAFT_LOG:+--raft-log "$RAFT_LOG"} >"$work/n$i.log" 2>&1 &
+		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --shards "$SHARDS" ${RAFT_LOG:+--raft-log "$RAFT_LOG"} ${BATOND_FLAGS:-} >"$work/n$i.log" 2>&1 &
 		pids+=($!)
 	done
 	wait_ready 127.0.0.1:17910 || { echo "cluster of $NODES did not settle:"; tail -5 "$work"/n*.log; exit 1; }

@@ -77,6 +77,11 @@ Flags:
                   store, which syncs every change); "" takes the one stored
                   in DIR (default "", meaning baton for a new data dir and
                   dragonboat for one created before this flag)
+  --raft-transport NAME
+                  how Raft messages travel between nodes: baton (a frame
+                  per batch, one write each) or dragonboat (its own TCP
+                  transport); every node of a cluster must use the same
+                  one (default baton)
   --log-level L   debug, info, warn or error (default info)
   --log-format F  text (key=value lines) or json (one JSON object a line)
                   (default text)
@@ -142,19 +147,20 @@ SIGINT or SIGTERM stops the node gracefully and exits 0.
 `
 
 type options struct {
-	id         uint64
-	peers      string
-	data       string
-	shards     int
-	http       string
-	raftListen string
-	rtt        time.Duration
-	snapEvery  uint64
-	logLevel   string
-	logFormat  string
-	raftLog    string
-	restore    string
-	limits     engine.Limits
+	id            uint64
+	peers         string
+	data          string
+	shards        int
+	http          string
+	raftListen    string
+	rtt           time.Duration
+	snapEvery     uint64
+	logLevel      string
+	logFormat     string
+	raftLog       string
+	raftTransport string
+	restore       string
+	limits        engine.Limits
 
 	authFile    string
 	tlsListen   string
@@ -213,7 +219,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := engine.Config{
 		ID: opts.id, Peers: peers, RaftListen: opts.raftListen, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt,
-		SnapshotEntries: opts.snapEvery, RaftLog: opts.raftLog, Restore: opts.restore, Limits: opts.limits, Logger: log,
+		SnapshotEntries: opts.snapEvery, RaftLog: opts.raftLog, RaftTransport: opts.raftTransport, Restore: opts.restore, Limits: opts.limits, Logger: log,
 	}
 	if err := opts.security(&cfg); err != nil {
 		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
@@ -260,6 +266,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "")
 	fs.StringVar(&o.logFormat, "log-format", "text", "")
 	fs.StringVar(&o.raftLog, "raft-log", "", "")
+	fs.StringVar(&o.raftTransport, "raft-transport", engine.DefaultRaftTransport, "")
 	fs.StringVar(&o.authFile, "auth-file", "", "")
 	fs.StringVar(&o.tlsListen, "tls-listen", "", "")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "")

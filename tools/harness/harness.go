@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -139,23 +140,44 @@ func FreeAddrs(t testing.TB, n int) []string {
 	return addrs
 }
 
-// freeAddrs keeps all n listeners open until it has them all, so the n
-// ports are distinct.
+// handedOut is every address freeAddrs returned in this process: a port
+// closed after one call may come back from the kernel in the next, while
+// the first caller is still about to bind it (a chaos run once got one port
+// as a node's Raft address and another node's client address).
+var handedOut struct {
+	sync.Mutex
+	addrs map[string]bool
+}
+
+// freeAddrs keeps all its listeners open until it has n ports it never
+// returned before, so the n ports are distinct from each other and from
+// those of earlier calls.
 func freeAddrs(n int) ([]string, error) {
-	ls := make([]net.Listener, 0, n)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	if handedOut.addrs == nil || len(handedOut.addrs) > 10_000 {
+		// Forget the oldest calls' ports rather than run out of new ones
+		// (there are about 28,000 ephemeral ports): theirs were bound or
+		// given up long ago.
+		handedOut.addrs = map[string]bool{}
+	}
+	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {
 			l.Close()
 		}
 	}()
 	addrs := make([]string, 0, n)
-	for range n {
+	for len(addrs) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, err
 		}
 		ls = append(ls, l)
-		addrs = append(addrs, l.Addr().String())
+		if a := l.Addr().String(); !handedOut.addrs[a] {
+			handedOut.addrs[a] = true
+			addrs = append(addrs, a)
+		}
 	}
 	return addrs, nil
 }

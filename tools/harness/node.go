@@ -201,6 +201,14 @@ func StartCluster(t testing.TB, bin string, n int, opts Options) []*Node {
 		}
 		if inUse && attempt == 1 {
 			t.Logf("harness: a port was taken before batond bound it; retrying on new ports")
+			// The nodes that did start wrote the old --peers into their
+			// data dirs, which would refuse the new ones; nothing else is
+			// in them yet.
+			for _, nd := range nodes {
+				if err := os.RemoveAll(nd.DataDir); err != nil {
+					t.Fatalf("harness: %v", err)
+				}
+			}
 			continue
 		}
 		t.Fatalf("harness: %v", err)

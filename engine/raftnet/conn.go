@@ -1,0 +1,95 @@
+package raftnet
+
+import (
+	"bufio"
+	"net"
+	"time"
+
+	pb "github.com/lni/dragonboat/v4/raftpb"
+)
+
+const (
+	// writeTimeout bounds one frame's write: a peer that stops reading
+	// ends the connection instead of blocking its sender for ever.
+	writeTimeout = 5 * time.Second
+	// endTimeout bounds the wait for frameEndAck when a snapshot
+	// connection closes.
+	endTimeout = 2 * time.Second
+	// keepBuffer is the largest send buffer a connection keeps between
+	// frames; a larger one (a big catch-up batch) is dropped after use
+	// rather than pinned for the connection's life.
+	keepBuffer = 1 << 20
+)
+
+// sender writes frames on one connection. dragonboat uses a connection from
+// one goroutine at a time, so a sender needs no lock.
+type sender struct {
+	conn net.Conn
+	buf  []byte
+}
+
+// frame returns a buffer for a frame whose payload takes at most size bytes:
+// the payload goes at [headerSize:].
+func (s *sender) frame(size int) []byte {
+	if n := headerSize + size; cap(s.buf) < n {
+		s.buf = make([]byte, n)
+	}
+	return s.buf[:headerSize+size]
+}
+
+// write sends the frame of kind whose payload was marshalled into
+// buf[headerSize:headerSize+n], header and payload in one write.
+func (s *sender) write(buf []byte, kind byte, n int) error {
+	putHeader(buf[:headerSize], kind, buf[headerSize:headerSize+n])
+	if err := s.conn.SetWriteDeadline(time.Now().Add(writeTimeout)); err != nil {
+		return err
+	}
+	_, err := s.conn.Write(buf[:headerSize+n])
+	if cap(s.buf) > keepBuffer {
+		s.buf = nil
+	}
+	return err
+}
+
+// messageConn carries Raft message batches to one peer (raftio.IConnection).
+type messageConn struct {
+	sender
+}
+
+// SendMessageBatch sends batch in one frame.
+func (c *messageConn) SendMessageBatch(batch pb.MessageBatch) error {
+	buf := c.frame(batch.SizeUpperLimit())
+	payload := pb.MustMarshalTo(&batch, buf[headerSize:])
+	return c.write(buf, frameBatch, len(payload))
+}
+
+// Close closes the connection.
+func (c *messageConn) Close() { _ = c.conn.Close() }
+
+// snapshotConn carries the chunks of snapshots to one peer
+// (raftio.ISnapshotConnection).
+type snapshotConn struct {
+	sender
+}
+
+// SendChunk sends chunk in one frame.
+func (c *snapshotConn) SendChunk(chunk pb.Chunk) error {
+	buf := c.frame(chunk.Size())
+	payload := pb.MustMarshalTo(&chunk, buf[headerSize:])
+	return c.write(buf, frameChunk, len(payload))
+}
+
+// Close ends the stream with frameEnd and waits, up to endTimeout, for the
+// receiver's frameEndAck before it closes the connection, so that the last
+// chunks are handled, not lost to a reset.
+func (c *snapshotConn) Close() {
+	defer func() { _ = c.conn.Close() }()
+	if err := c.write(c.frame(0), frameEnd, 0); err != nil {
+		return
+	}
+	if err := c.conn.SetReadDeadline(time.Now().Add(endTimeout)); err != nil {
+		return
+	}
+	var hdr [headerSize]byte
+	_, _, _, _ = readFrame(bufio.NewReaderSize(c.conn, headerSize), hdr[:], nil)
+}
