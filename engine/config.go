@@ -17,7 +17,14 @@ const (
 	DefaultClientAddr = "127.0.0.1:7700"
 	DefaultRaftAddr   = "127.0.0.1:7701"
 	DefaultDataDir    = "baton-data"
-	DefaultShards     = 4
+	// DefaultShards is 1 because every shard is a Raft group of its own,
+	// with its own rounds, messages and syncs: on the machines baton is
+	// measured on, 4 shards did 0.6 of what 1 does at 16 x 16 on three
+	// nodes and 0.8 on one (BENCHMARKS.md, "How many shards"). More
+	// shards spread the apply work and the shard locks over more cores;
+	// raise --shards for a new cluster only where a profile shows one
+	// shard's apply or lock is the limit.
+	DefaultShards = 1
 	// DefaultSnapshotEntries is how many applied entries of a shard pass
 	// between two Raft snapshots. An on-disk state machine's snapshot
 	// carries no table, but dragonboat still writes a snapshot file and

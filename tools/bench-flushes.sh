@@ -9,6 +9,7 @@
 #   CONNS=16 DEPTH=16 tools/bench-flushes.sh
 #   RAFT_LOG=dragonboat tools/bench-flushes.sh    # batond --raft-log (default: batond's default)
 #   BATOND_FLAGS="--snapshot-entries 2000" tools/bench-flushes.sh   # more flags for every batond
+#   BENCH_FLAGS="--rate 1000" CONNS=16 tools/bench-flushes.sh       # more flags for baton bench
 #
 # The count is the whole device's: anything else writing to the disk in
 # the meantime is counted too, so run it on a quiet machine.
@@ -46,7 +47,7 @@ echo "device $dev, $NODES nodes, $SHARDS shards, $CONNS x $DEPTH, $DURATION, raf
 for run in $(seq "$RUNS"); do
 	startall
 	before=$(flushes)
-	bin/baton bench --addr 127.0.0.1:17910 --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" --warmup 0 \
+	bin/baton bench --addr 127.0.0.1:17910 --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" --warmup 0 ${BENCH_FLAGS:-} \
 		--quiet --json "$work/r.json" >/dev/null
 	after=$(flushes)
 	stopall
@@ -55,7 +56,7 @@ for run in $(seq "$RUNS"); do
 	per=$(awk -v f=$((after - before)) -v r="$requests" 'BEGIN { printf "%.2f", f / r }')
 	rate=$(jq -r '.cycles_per_sec | floor' "$work/r.json")
 	p50=$(jq -r '.acquire_us.p50' "$work/r.json")
-	echo "run=$run flushes=$((after - before)) requests=$requests flushes/request=$per cycles/s=$rate acquire_p50_us=$p50 errors=$(jq -c '.errors' "$work/r.json")"
+	echo "run=$run flushes=$((after - before)) requests=$requests flushes/request=$per cycles/s=$rate acquire_p50_us=$p50 acquire_p99_us=$(jq -r .acquire_us.p99 "$work/r.json") errors=$(jq -c '.errors' "$work/r.json")"
 	echo "$per" >>"$work/per"; echo "$rate" >>"$work/rate"; echo "$p50" >>"$work/p50"
 done
 echo "MEDIAN flushes/request=$(median <"$work/per") cycles/s=$(median <"$work/rate") acquire_p50_us=$(median <"$work/p50")"

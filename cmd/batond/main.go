@@ -51,7 +51,7 @@ Flags:
                   with the same DIR to resume (default ./baton-data)
   --shards N      number of Raft groups keys are spread over, fixed when the
                   cluster is first started; 0 takes the value stored in DIR
-                  (default 0, meaning 4 for a new data dir)
+                  (default 0, meaning 1 for a new data dir)
   --http ADDR     serve /metrics (Prometheus), /healthz, /status (JSON) and
                   /backup (the lock table, for baton backup) on ADDR, e.g.
                   127.0.0.1:7780 (default off)

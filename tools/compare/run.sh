@@ -29,8 +29,12 @@ ETCD_PEER=(23801 23802 23803)
 REDIS_ALWAYS=16391
 REDIS_EVERYSEC=16392
 REDIS_NONE=16393
-BATON1=17950          # single node: client port; Raft on +1
+BATON1=17950          # single node, 4 shards: client port; Raft on +1
 BATON3=(17960 17970 17980)
+# The same with 1 shard, batond's default since the cluster performance
+# work; the 4-shard systems above keep the columns of earlier runs.
+BATON1S=17990
+BATON3S=(18000 18010 18020)
 
 install_missing() {
 	local want=()
@@ -53,7 +57,8 @@ install_missing() {
 }
 
 for port in "${ETCD_CLIENT[@]}" "${ETCD_PEER[@]}" $REDIS_ALWAYS $REDIS_EVERYSEC $REDIS_NONE \
-	$BATON1 $((BATON1 + 1)) "${BATON3[@]}" $((BATON3[0] + 1)) $((BATON3[1] + 1)) $((BATON3[2] + 1)); do
+	$BATON1 $((BATON1 + 1)) "${BATON3[@]}" $((BATON3[0] + 1)) $((BATON3[1] + 1)) $((BATON3[2] + 1)) \
+	$BATON1S $((BATON1S + 1)) "${BATON3S[@]}" $((BATON3S[0] + 1)) $((BATON3S[1] + 1)) $((BATON3S[2] + 1)); do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 		echo "port 127.0.0.1:$port is in use: stop what listens there first" >&2
 		exit 1
@@ -125,6 +130,15 @@ for i in 1 2 3; do
 	bin/batond --id $i --peers "$peers" --data "$work/baton3-$i" --shards 4 >"$work/baton3-$i.log" 2>&1 &
 	pids+=($!)
 done
+bin/batond --id 1 --peers "127.0.0.1:$((BATON1S + 1))/127.0.0.1:$BATON1S" --data "$work/baton1s" --shards 1 \
+	>"$work/baton1s.log" 2>&1 &
+pids+=($!)
+peers=""
+for p in "${BATON3S[@]}"; do peers+="${peers:+,}127.0.0.1:$((p + 1))/127.0.0.1:$p"; done
+for i in 1 2 3; do
+	bin/batond --id $i --peers "$peers" --data "$work/baton3s-$i" --shards 1 >"$work/baton3s-$i.log" 2>&1 &
+	pids+=($!)
+done
 
 etcd_leader=$(timeout 90 "$compare" ready --system etcd --endpoints "$etcd_eps") ||
 	{ echo "etcd did not start:"; tail -n 20 "$work"/etcd*.log; exit 1; }
@@ -138,6 +152,10 @@ timeout 60 "$compare" ready --system baton --endpoints "127.0.0.1:$BATON1" ||
 # load goes to etcd's leader.
 timeout 60 "$compare" ready --system baton --endpoints "127.0.0.1:${BATON3[0]}" ||
 	{ echo "baton cluster did not start:"; tail -n 20 "$work"/baton3-*.log; exit 1; }
+timeout 60 "$compare" ready --system baton --endpoints "127.0.0.1:$BATON1S" ||
+	{ echo "baton (1 shard) did not start:"; tail -n 20 "$work/baton1s.log"; exit 1; }
+timeout 60 "$compare" ready --system baton --endpoints "127.0.0.1:${BATON3S[0]}" ||
+	{ echo "baton cluster (1 shard) did not start:"; tail -n 20 "$work"/baton3s-*.log; exit 1; }
 
 manifest=$OUT/manifest.tsv
 : >"$manifest"
@@ -179,6 +197,8 @@ all_systems() { # SECTION BATON_ARGS -- DRIVER_ARGS
 	dargs=("$@")
 	measure "$section" baton-1node baton_bench "127.0.0.1:$BATON1" "${bargs[@]}"
 	measure "$section" baton-3nodes baton_bench "127.0.0.1:${BATON3[0]}" "${bargs[@]}"
+	measure "$section" baton-1node-1shard baton_bench "127.0.0.1:$BATON1S" "${bargs[@]}"
+	measure "$section" baton-3nodes-1shard baton_bench "127.0.0.1:${BATON3S[0]}" "${bargs[@]}"
 	measure "$section" etcd-3nodes drive etcd "$etcd_leader" "${dargs[@]}"
 	measure "$section" redis-always drive redis "127.0.0.1:$REDIS_ALWAYS" "${dargs[@]}"
 	measure "$section" redis-everysec drive redis "127.0.0.1:$REDIS_EVERYSEC" "${dargs[@]}"
