@@ -25,7 +25,10 @@
 //
 // Dragonboat keeps each shard's Raft log in the store Config.RaftLog names:
 // engine/raftlog, baton's own (it does not sync a change of the commit
-// index alone), or dragonboat's (raftStorageConfig).
+// index alone), or dragonboat's (raftStorageConfig). Raft messages travel
+// by the transport Config.RaftTransport names: engine/raftnet, baton's own
+// (a frame per message batch, one write system call each), or
+// dragonboat's TCP transport.
 package engine
 
 import (
