@@ -15,12 +15,12 @@ func TestApplyRules(t *testing.T) {
 	type step struct {
 		cmd   Command
 		want  Result
-		after map[string]row // the whole table after the step
+		after map[string]lockState // the whole table after the step
 	}
-	held := func(kv ...any) map[string]row {
-		m := map[string]row{}
+	held := func(kv ...any) map[string]lockState {
+		m := map[string]lockState{}
 		for i := 0; i < len(kv); i += 3 {
-			m[kv[i].(string)] = row{token: kv[i+1].(uint64), leaseMs: uint32(kv[i+2].(int))}
+			m[kv[i].(string)] = lockState{token: kv[i+1].(uint64), leaseMs: uint32(kv[i+2].(int))}
 		}
 		return m
 	}
@@ -79,16 +79,13 @@ func TestApplyRules(t *testing.T) {
 				if got := tb.apply(&st.cmd); got != st.want {
 					t.Fatalf("step %d %+v: got %+v, want %+v", i, st.cmd, got, st.want)
 				}
-				now := map[string]row{}
-				for k, j := range tb.slot {
-					now[k] = tb.rows[j]
-				}
-				if !maps.Equal(now, st.after) {
+				tb.endEntry()
+				if now := tableLocks(tb); !maps.Equal(now, st.after) {
 					t.Fatalf("step %d: table %v, want %v", i, now, st.after)
 				}
 			}
-			if len(tb.rows)-len(tb.free) != len(tb.slot) {
-				t.Errorf("slab has %d rows, %d free, map %d", len(tb.rows), len(tb.free), len(tb.slot))
+			if len(tb.rows)-len(tb.free) != tb.index.n || tb.index.n != tb.len() {
+				t.Errorf("slab has %d rows, %d free, index %d, held %d", len(tb.rows), len(tb.free), tb.index.n, tb.len())
 			}
 			if tb.owners != nil {
 				t.Errorf("grants without owner made an owner index: %v", tb.owners)
@@ -187,7 +184,8 @@ func TestApplyOwners(t *testing.T) {
 
 // TestLockWithoutOwnerCostsWhatItDid shows that owners cost nothing to a
 // lock that has none: the row is the size it was (token and lease), no
-// owner index exists, and a grant allocates only the key, as before.
+// owner index exists, and a grant allocates nothing (the key goes to the
+// arena), as before owners (when it allocated the key's string).
 func TestLockWithoutOwnerCostsWhatItDid(t *testing.T) {
 	//lint:ignore U1000 only its size matters
 	type rowBeforeOwners struct {
@@ -209,15 +207,16 @@ func TestLockWithoutOwnerCostsWhatItDid(t *testing.T) {
 	if tb.owners != nil {
 		t.Errorf("locks without owner made an owner index of %d", len(tb.owners))
 	}
-	// TestApplyAllocations: an ownerless grant allocates once (its key).
-	// One with an owner allocates the owner's string too, and only that.
+	// TestApplyAllocations: an ownerless grant allocates nothing. One with
+	// an owner allocates the owner's string, and only that.
 	g, r := grantBy("some/key", 10, "owner-0123456789abcdef"), release("some/key", 0)
 	allocs := testing.AllocsPerRun(1000, func() {
 		tb.apply(&g)
 		tb.apply(&r)
+		tb.endEntry()
 	})
-	if allocs != 2 {
-		t.Errorf("grant+release with an owner allocates %v times, want 2", allocs)
+	if allocs != 1 {
+		t.Errorf("grant+release with an owner allocates %v times, want 1", allocs)
 	}
 	checkOwners(t, tb)
 }
@@ -231,9 +230,10 @@ func TestApplyAllocations(t *testing.T) {
 		tb.apply(&e)
 		tb.apply(&e)
 		tb.apply(&r)
+		tb.endEntry()
 	})
-	if allocs != 1 { // the key string the map keeps
-		t.Errorf("grant+extend+release allocates %v times, want 1", allocs)
+	if allocs != 0 { // the key goes to the arena, the row to the slab
+		t.Errorf("grant+extend+release allocates %v times, want 0", allocs)
 	}
 }
 
@@ -242,11 +242,11 @@ func TestChangedSinceCheckpoint(t *testing.T) {
 	// What the checkpoint holds.
 	tb.seq = 3
 	for i, k := range []string{"kept", "extended", "released", "regranted"} {
-		tb.insert([]byte(k), row{token: uint64(i+1)<<ShardBits | 1, leaseMs: 10}, nil)
+		tb.insert([]byte(k), uint64(i+1)<<ShardBits|1, 10, nil, rowStored)
 	}
-	tb.insert([]byte("owned"), row{token: 5<<ShardBits | 1, leaseMs: 10}, []byte("me"))
+	tb.insert([]byte("owned"), 5<<ShardBits|1, 10, []byte("me"), rowStored)
 	tb.seq = 5
-	tok := func(k string) uint64 { r, _, _ := tb.get([]byte(k)); return r.token }
+	tok := func(k string) uint64 { r, _ := tb.get([]byte(k)); return r.Token }
 	for _, c := range []Command{
 		grant("kept", 5),          // rejected: no change
 		grantBy("owned", 5, "me"), // regranted: no change
@@ -264,8 +264,8 @@ func TestChangedSinceCheckpoint(t *testing.T) {
 	// true: the checkpoint has a row for the key (to overwrite or delete).
 	// "brief" is free, as in the checkpoint: unchanged.
 	want := map[string]bool{"extended": true, "released": true, "regranted": true, "fresh": false}
-	if !maps.Equal(tb.changed, want) {
-		t.Fatalf("changed = %v, want %v", tb.changed, want)
+	if got := changedKeys(tb); !maps.Equal(got, want) {
+		t.Fatalf("changed = %v, want %v", got, want)
 	}
 }
 
@@ -324,7 +324,7 @@ func TestApplyFence(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tb := newTable(shard, 0, 0)
 			for i, st := range tc.steps {
-				before, seq, changed := tableLocks(tb), tb.seq, maps.Clone(tb.changed)
+				before, seq, changed := tableLocks(tb), tb.seq, changedKeys(tb)
 				got := tb.applyBatch(st.h, st.cmds, nil)
 				if !slices.Equal(got, st.want) {
 					t.Fatalf("step %d %+v: results %+v, want %+v", i, st.h, got, st.want)
@@ -338,8 +338,8 @@ func TestApplyFence(t *testing.T) {
 				}
 				// A fence, a batch without commands and a Fenced batch
 				// change no lock.
-				if now := tableLocks(tb); !maps.Equal(now, before) || tb.seq != seq || !maps.Equal(tb.changed, changed) {
-					t.Fatalf("step %d: table %v, seq %d, changed %v; was %v, %d, %v", i, now, tb.seq, tb.changed, before, seq, changed)
+				if now := tableLocks(tb); !maps.Equal(now, before) || tb.seq != seq || !maps.Equal(changedKeys(tb), changed) {
+					t.Fatalf("step %d: table %v, seq %d, changed %v; was %v, %d, %v", i, now, tb.seq, changedKeys(tb), before, seq, changed)
 				}
 			}
 		})

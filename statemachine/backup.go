@@ -46,8 +46,9 @@ type ShardBackup struct {
 	locks []backupLock // in key order
 }
 
-// backupLock is one lock of a ShardBackup. Its key and owner are the
-// table's own strings, which never change: the copy is of their headers.
+// backupLock is one lock of a ShardBackup. Its key aliases the table's
+// arena and its owner is the table's own string, neither of which ever
+// changes: the copy is of their headers.
 type backupLock struct {
 	key, owner string
 	token      uint64
@@ -106,10 +107,9 @@ func (s *onDisk) copyLocked(buf []backupLock) (*ShardBackup, error) {
 	if t == nil {
 		return nil, ErrClosed
 	}
-	for k, i := range t.slot {
-		r := t.rows[i]
-		buf = append(buf, backupLock{key: k, owner: t.ownerOf(i), token: r.token, leaseMs: r.leaseMs})
-	}
+	t.each(func(l Lock) {
+		buf = append(buf, backupLock{key: aliasString(l.Key), owner: aliasString(l.Owner), token: l.Token, leaseMs: l.LeaseMs})
+	})
 	return &ShardBackup{shard: s.shard, meta: t.meta(s.applied), owned: len(t.owners) > 0, locks: buf}, nil
 }
 

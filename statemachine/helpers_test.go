@@ -283,10 +283,19 @@ type lockState struct {
 // tableLocks returns a table as key -> lock.
 func tableLocks(tb *table) map[string]lockState {
 	out := map[string]lockState{}
-	for k, i := range tb.slot {
-		r := tb.rows[i]
-		out[k] = lockState{token: r.token, leaseMs: r.leaseMs, owner: tb.ownerOf(i)}
-	}
+	tb.each(func(l Lock) {
+		out[string(l.Key)] = lockState{token: l.Token, leaseMs: l.LeaseMs, owner: string(l.Owner)}
+	})
+	return out
+}
+
+// changedKeys returns the table's dirty rows as key -> whether the
+// checkpoint has a row for the key (to overwrite or delete).
+func changedKeys(tb *table) map[string]bool {
+	out := map[string]bool{}
+	tb.eachChanged(func(i uint32, _ bool) {
+		out[string(tb.keyOf(i))] = tb.rows[i].tok&rowStored != 0
+	})
 	return out
 }
 
@@ -295,10 +304,14 @@ func tableLocks(tb *table) map[string]lockState {
 func checkOwners(t testing.TB, tb *table) {
 	t.Helper()
 	owned := 0
-	for _, i := range tb.slot {
+	for j := range tb.rows {
+		i := uint32(j)
+		if tb.rows[i].tok&rowHeld == 0 {
+			continue
+		}
 		o, ok := tb.owners[i]
-		if ok != tb.rows[i].owned {
-			t.Fatalf("slot %d: owned %v but owners has it: %v", i, tb.rows[i].owned, ok)
+		if owned := tb.rows[i].tok&rowOwned != 0; ok != owned {
+			t.Fatalf("slot %d: owned %v but owners has it: %v", i, owned, ok)
 		}
 		if ok && (o == "" || len(o) > MaxOwnerLen) {
 			t.Fatalf("slot %d: owner %q", i, o)

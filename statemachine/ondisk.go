@@ -248,8 +248,8 @@ func (s *onDisk) load(t *table, stopc <-chan struct{}) error {
 		if err = s.checkRow(t, k, v); err != nil {
 			break
 		}
-		r, owner := decodeRow(v)
-		t.insert(k, r, owner)
+		tok, leaseMs, owner := decodeRow(v)
+		t.insert(k, tok, leaseMs, owner, rowStored)
 	}
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("statemachine: shard %d: scan table: %w", s.shard, cerr)
@@ -274,15 +274,15 @@ func rowShapeOK(k, v []byte) bool {
 	return len(k) >= 1 && len(k) <= MaxKeyLen && len(v) >= rowLen && len(v) <= rowLen+MaxOwnerLen
 }
 
-// decodeRow splits a stored value (of a valid shape) into its row and
-// owner (nil for none; it aliases v). A value written before owners existed
-// is rowLen bytes, so it decodes to a row without owner.
-func decodeRow(v []byte) (row, []byte) {
-	r := row{token: binary.LittleEndian.Uint64(v), leaseMs: binary.LittleEndian.Uint32(v[8:])}
+// decodeRow splits a stored value (of a valid shape) into its token, lease
+// and owner (nil for none; it aliases v). A value written before owners
+// existed is rowLen bytes, so it decodes to a row without owner.
+func decodeRow(v []byte) (tok uint64, leaseMs uint32, owner []byte) {
+	tok, leaseMs = binary.LittleEndian.Uint64(v), binary.LittleEndian.Uint32(v[8:])
 	if len(v) == rowLen {
-		return r, nil
+		return tok, leaseMs, nil
 	}
-	return r, v[rowLen:]
+	return tok, leaseMs, v[rowLen:]
 }
 
 // validToken reports whether tok can have been issued by the shard, given
@@ -350,7 +350,7 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	s.uncheckpointed += len(cmds)
 
 	var err error
-	if len(t.changed) >= checkpointKeys || s.uncheckpointed >= checkpointCommands {
+	if t.dirty >= checkpointKeys || s.uncheckpointed >= checkpointCommands {
 		// Synced, so that it bounds what a crash makes dragonboat apply
 		// again: pebble may keep a small unsynced batch in its WAL buffer,
 		// and a kill -9 would lose it. One fsync per 65,536 keys or a
@@ -362,6 +362,7 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			s.obs.Applied(s.shard, sp.index, sp.h, cmds[sp.start:sp.end], results[sp.start:sp.end])
 		}
 	}
+	t.endEntry()
 	// Drop the keys, which alias dragonboat's entries, so that they can be
 	// collected before the next Update.
 	clear(cmds)
@@ -393,37 +394,41 @@ func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
 	t := s.t
 	b := s.db.NewBatch()
 	defer b.Close()
-	for k, stored := range t.changed {
-		if i, held := t.slot[k]; held {
-			s.putRow(b, k, t.rows[i], t.ownerOf(i))
-		} else if stored {
-			s.deleteRow(b, k)
+	t.eachChanged(func(i uint32, held bool) {
+		if held {
+			s.putRow(b, t.keyOf(i), t.token(i), t.rows[i].leaseMs, t.ownerOf(i))
+		} else {
+			s.deleteRow(b, t.keyOf(i))
 		}
-	}
+	})
 	s.putMeta(b, t.meta(s.applied))
 	if err := b.Commit(opts); err != nil {
 		// The changes stay recorded: the next checkpoint writes them.
 		return fmt.Errorf("statemachine: shard %d: checkpoint: %w", s.shard, err)
 	}
-	clear(t.changed)
+	// Ghosts leave the index and the arena: Lookup must not read them
+	// meanwhile.
+	s.mu.Lock()
+	t.checkpointed()
+	s.mu.Unlock()
 	s.uncheckpointed = 0
 	return nil
 }
 
 // putRow adds key's row and owner ("" for none) to b, in the layout of the
 // package doc.
-func (s *onDisk) putRow(b *pebble.Batch, key string, r row, owner string) {
+func (s *onDisk) putRow(b *pebble.Batch, key []byte, tok uint64, leaseMs uint32, owner string) {
 	op := b.SetDeferred(prefixLen+len(key), rowLen+len(owner))
 	copy(op.Key, s.tableLo[:])
 	copy(op.Key[prefixLen:], key)
-	binary.LittleEndian.PutUint64(op.Value, r.token)
-	binary.LittleEndian.PutUint32(op.Value[8:], r.leaseMs)
+	binary.LittleEndian.PutUint64(op.Value, tok)
+	binary.LittleEndian.PutUint32(op.Value[8:], leaseMs)
 	copy(op.Value[rowLen:], owner)
 	_ = op.Finish() // cannot fail: the batch is not indexed
 }
 
 // deleteRow adds the deletion of key's row to b.
-func (s *onDisk) deleteRow(b *pebble.Batch, key string) {
+func (s *onDisk) deleteRow(b *pebble.Batch, key []byte) {
 	op := b.DeleteDeferred(prefixLen + len(key))
 	copy(op.Key, s.tableLo[:])
 	copy(op.Key[prefixLen:], key)
@@ -454,8 +459,8 @@ func (s *onDisk) Lookup(q interface{}) (interface{}, error) {
 	if s.t == nil {
 		return nil, ErrClosed
 	}
-	r, owner, held := s.t.get(k)
-	return LookupResult{Held: held, Token: r.token, LeaseMs: r.leaseMs, Owner: owner}, nil
+	r, _ := s.t.get(k)
+	return r, nil
 }
 
 // Sync implements sm.IOnDiskStateMachine: a checkpoint, fsynced (which

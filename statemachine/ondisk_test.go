@@ -542,8 +542,8 @@ func TestCheckpoint(t *testing.T) {
 	}
 	log = append(log, entry(5, cmds...))
 	update(t, s, log[4])
-	if m, _, _ := s.readMeta(); m.applied != 5 || len(s.t.changed) != 0 {
-		t.Fatalf("after %d changed keys: meta at %d, %d keys still changed", checkpointKeys, m.applied, len(s.t.changed))
+	if m, _, _ := s.readMeta(); m.applied != 5 || s.t.dirty != 0 {
+		t.Fatalf("after %d changed keys: meta at %d, %d keys still changed", checkpointKeys, m.applied, s.t.dirty)
 	}
 	crashed()
 
