@@ -133,7 +133,7 @@ func (t *table) apply(c *Command) Result {
 			// The holder's own retry gets its grant back; a Grant without
 			// an owner never matches (ownerOf is "" for a row without one).
 			if len(c.Owner) > 0 && t.ownerOf(i) == string(c.Owner) {
-				return Result{Code: Regranted, Token: t.token(i)}
+				return Result{Code: Regranted, Token: t.token(i), Slot: i}
 			}
 			return Result{Code: GrantRejected}
 		}
@@ -147,27 +147,27 @@ func (t *table) apply(c *Command) Result {
 			i = t.insert(c.Key, tok, c.LeaseMs, c.Owner, 0)
 		}
 		t.change(i)
-		return Result{Code: Granted, Token: tok}
+		return Result{Code: Granted, Token: tok, Slot: i}
 	case OpRelease:
 		if !held || (c.Token != 0 && t.token(i) != c.Token) {
 			return Result{Code: NotHeld}
 		}
 		tok := t.token(i)
 		t.release(i)
-		return Result{Code: Released, Token: tok}
+		return Result{Code: Released, Token: tok, Slot: i}
 	case OpExtend:
 		if !held || t.token(i) != c.Token {
 			return Result{Code: NotHeld}
 		}
 		t.change(i)
 		t.rows[i].leaseMs = c.LeaseMs
-		return Result{Code: Extended, Token: c.Token}
+		return Result{Code: Extended, Token: c.Token, Slot: i}
 	case OpExpire:
 		if !held || t.token(i) != c.Token {
 			return Result{Code: Noop}
 		}
 		t.release(i)
-		return Result{Code: Expired, Token: c.Token}
+		return Result{Code: Expired, Token: c.Token, Slot: i}
 	}
 	return Result{Code: Noop}
 }

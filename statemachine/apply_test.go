@@ -29,54 +29,54 @@ func TestApplyRules(t *testing.T) {
 		steps []step
 	}{
 		{"grant free then held", []step{
-			{grant("a", 100), Result{Granted, tok(1)}, held("a", tok(1), 100)},
-			{grant("a", 200), Result{GrantRejected, 0}, held("a", tok(1), 100)},
-			{grant("b", 300), Result{Granted, tok(2)}, held("a", tok(1), 100, "b", tok(2), 300)},
+			{grant("a", 100), Result{Code: Granted, Token: tok(1)}, held("a", tok(1), 100)},
+			{grant("a", 200), Result{Code: GrantRejected, Token: 0}, held("a", tok(1), 100)},
+			{grant("b", 300), Result{Code: Granted, Token: tok(2)}, held("a", tok(1), 100, "b", tok(2), 300)},
 		}},
 		{"release without token", []step{
-			{release("a", 0), Result{NotHeld, 0}, held()},
-			{grant("a", 100), Result{Granted, tok(1)}, held("a", tok(1), 100)},
-			{release("a", 0), Result{Released, tok(1)}, held()},
-			{release("a", 0), Result{NotHeld, 0}, held()},
+			{release("a", 0), Result{Code: NotHeld, Token: 0}, held()},
+			{grant("a", 100), Result{Code: Granted, Token: tok(1)}, held("a", tok(1), 100)},
+			{release("a", 0), Result{Code: Released, Token: tok(1)}, held()},
+			{release("a", 0), Result{Code: NotHeld, Token: 0}, held()},
 		}},
 		{"release with token", []step{
-			{grant("a", 100), Result{Granted, tok(1)}, held("a", tok(1), 100)},
-			{release("a", tok(2)), Result{NotHeld, 0}, held("a", tok(1), 100)},
-			{release("a", tok(1)), Result{Released, tok(1)}, held()},
-			{release("a", tok(1)), Result{NotHeld, 0}, held()},
-			{grant("a", 100), Result{Granted, tok(2)}, held("a", tok(2), 100)},
-			{release("a", tok(1)), Result{NotHeld, 0}, held("a", tok(2), 100)},
+			{grant("a", 100), Result{Code: Granted, Token: tok(1)}, held("a", tok(1), 100)},
+			{release("a", tok(2)), Result{Code: NotHeld, Token: 0}, held("a", tok(1), 100)},
+			{release("a", tok(1)), Result{Code: Released, Token: tok(1)}, held()},
+			{release("a", tok(1)), Result{Code: NotHeld, Token: 0}, held()},
+			{grant("a", 100), Result{Code: Granted, Token: tok(2)}, held("a", tok(2), 100)},
+			{release("a", tok(1)), Result{Code: NotHeld, Token: 0}, held("a", tok(2), 100)},
 		}},
 		{"extend", []step{
-			{extend("a", tok(1), 5), Result{NotHeld, 0}, held()},
-			{grant("a", 100), Result{Granted, tok(1)}, held("a", tok(1), 100)},
-			{extend("a", tok(1), 500), Result{Extended, tok(1)}, held("a", tok(1), 500)},
-			{extend("a", tok(9), 7), Result{NotHeld, 0}, held("a", tok(1), 500)},
-			{extend("a", 0, 7), Result{NotHeld, 0}, held("a", tok(1), 500)},
+			{extend("a", tok(1), 5), Result{Code: NotHeld, Token: 0}, held()},
+			{grant("a", 100), Result{Code: Granted, Token: tok(1)}, held("a", tok(1), 100)},
+			{extend("a", tok(1), 500), Result{Code: Extended, Token: tok(1)}, held("a", tok(1), 500)},
+			{extend("a", tok(9), 7), Result{Code: NotHeld, Token: 0}, held("a", tok(1), 500)},
+			{extend("a", 0, 7), Result{Code: NotHeld, Token: 0}, held("a", tok(1), 500)},
 		}},
 		{"expire", []step{
-			{expire("a", tok(1)), Result{Noop, 0}, held()},
-			{grant("a", 100), Result{Granted, tok(1)}, held("a", tok(1), 100)},
-			{expire("a", tok(2)), Result{Noop, 0}, held("a", tok(1), 100)},
-			{expire("a", tok(1)), Result{Expired, tok(1)}, held()},
-			{expire("a", tok(1)), Result{Noop, 0}, held()},
+			{expire("a", tok(1)), Result{Code: Noop, Token: 0}, held()},
+			{grant("a", 100), Result{Code: Granted, Token: tok(1)}, held("a", tok(1), 100)},
+			{expire("a", tok(2)), Result{Code: Noop, Token: 0}, held("a", tok(1), 100)},
+			{expire("a", tok(1)), Result{Code: Expired, Token: tok(1)}, held()},
+			{expire("a", tok(1)), Result{Code: Noop, Token: 0}, held()},
 		}},
 		{"unknown op", []step{
-			{Command{Op: 9, Key: []byte("a")}, Result{Noop, 0}, held()},
+			{Command{Op: 9, Key: []byte("a")}, Result{Code: Noop, Token: 0}, held()},
 		}},
 		{"slots are reused", []step{
-			{grant("a", 1), Result{Granted, tok(1)}, held("a", tok(1), 1)},
-			{grant("b", 2), Result{Granted, tok(2)}, held("a", tok(1), 1, "b", tok(2), 2)},
-			{release("a", 0), Result{Released, tok(1)}, held("b", tok(2), 2)},
-			{grant("c", 3), Result{Granted, tok(3)}, held("b", tok(2), 2, "c", tok(3), 3)},
-			{extend("b", tok(2), 4), Result{Extended, tok(2)}, held("b", tok(2), 4, "c", tok(3), 3)},
+			{grant("a", 1), Result{Code: Granted, Token: tok(1)}, held("a", tok(1), 1)},
+			{grant("b", 2), Result{Code: Granted, Token: tok(2)}, held("a", tok(1), 1, "b", tok(2), 2)},
+			{release("a", 0), Result{Code: Released, Token: tok(1)}, held("b", tok(2), 2)},
+			{grant("c", 3), Result{Code: Granted, Token: tok(3)}, held("b", tok(2), 2, "c", tok(3), 3)},
+			{extend("b", tok(2), 4), Result{Code: Extended, Token: tok(2)}, held("b", tok(2), 4, "c", tok(3), 3)},
 		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tb := newTable(shard, 0, 0)
 			for i, st := range tc.steps {
-				if got := tb.apply(&st.cmd); got != st.want {
+				if got := outcome(tb.apply(&st.cmd)); got != st.want {
 					t.Fatalf("step %d %+v: got %+v, want %+v", i, st.cmd, got, st.want)
 				}
 				tb.endEntry()
@@ -108,58 +108,58 @@ func TestApplyOwners(t *testing.T) {
 		steps []step
 	}{
 		{"retry by the owner is regranted", []step{
-			{grantBy("a", 100, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("a", 100, "o1"), Result{Code: Granted, Token: tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
 			// The lease stays 100 and no token is issued (the next grant is seq 2).
-			{grantBy("a", 999, "o1"), Result{Regranted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
-			{grantBy("a", 100, "o1"), Result{Regranted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
-			{grantBy("b", 5, "o1"), Result{Granted, tok(2)}, map[string]lockState{"a": {tok(1), 100, "o1"}, "b": {tok(2), 5, "o1"}}},
+			{grantBy("a", 999, "o1"), Result{Code: Regranted, Token: tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("a", 100, "o1"), Result{Code: Regranted, Token: tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("b", 5, "o1"), Result{Code: Granted, Token: tok(2)}, map[string]lockState{"a": {tok(1), 100, "o1"}, "b": {tok(2), 5, "o1"}}},
 		}},
 		{"another owner or none is rejected", []step{
-			{grantBy("a", 100, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
-			{grantBy("a", 100, "o2"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
-			{grantBy("a", 100, "o"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
-			{grantBy("a", 100, "o1x"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
-			{grant("a", 100), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("a", 100, "o1"), Result{Code: Granted, Token: tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("a", 100, "o2"), Result{Code: GrantRejected, Token: 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("a", 100, "o"), Result{Code: GrantRejected, Token: 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grantBy("a", 100, "o1x"), Result{Code: GrantRejected, Token: 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{grant("a", 100), Result{Code: GrantRejected, Token: 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
 		}},
 		{"a holder without owner matches no owner", []step{
-			{grant("a", 100), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, ""}}},
-			{grantBy("a", 100, "o1"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, ""}}},
-			{grant("a", 100), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(1), 100, ""}}},
+			{grant("a", 100), Result{Code: Granted, Token: tok(1)}, map[string]lockState{"a": {tok(1), 100, ""}}},
+			{grantBy("a", 100, "o1"), Result{Code: GrantRejected, Token: 0}, map[string]lockState{"a": {tok(1), 100, ""}}},
+			{grant("a", 100), Result{Code: GrantRejected, Token: 0}, map[string]lockState{"a": {tok(1), 100, ""}}},
 		}},
 		{"release clears the owner", []step{
-			{grantBy("a", 100, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
-			{release("a", 0), Result{Released, tok(1)}, map[string]lockState{}},
-			{grantBy("a", 200, "o2"), Result{Granted, tok(2)}, map[string]lockState{"a": {tok(2), 200, "o2"}}},
-			{grantBy("a", 200, "o1"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(2), 200, "o2"}}},
-			{release("a", tok(2)), Result{Released, tok(2)}, map[string]lockState{}},
+			{grantBy("a", 100, "o1"), Result{Code: Granted, Token: tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{release("a", 0), Result{Code: Released, Token: tok(1)}, map[string]lockState{}},
+			{grantBy("a", 200, "o2"), Result{Code: Granted, Token: tok(2)}, map[string]lockState{"a": {tok(2), 200, "o2"}}},
+			{grantBy("a", 200, "o1"), Result{Code: GrantRejected, Token: 0}, map[string]lockState{"a": {tok(2), 200, "o2"}}},
+			{release("a", tok(2)), Result{Code: Released, Token: tok(2)}, map[string]lockState{}},
 			// The same owner again, after its grant ended: a new grant.
-			{grantBy("a", 300, "o2"), Result{Granted, tok(3)}, map[string]lockState{"a": {tok(3), 300, "o2"}}},
+			{grantBy("a", 300, "o2"), Result{Code: Granted, Token: tok(3)}, map[string]lockState{"a": {tok(3), 300, "o2"}}},
 		}},
 		{"expire clears the owner", []step{
-			{grantBy("a", 100, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
-			{expire("a", tok(2)), Result{Noop, 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
-			{expire("a", tok(1)), Result{Expired, tok(1)}, map[string]lockState{}},
-			{grant("a", 7), Result{Granted, tok(2)}, map[string]lockState{"a": {tok(2), 7, ""}}},
-			{grantBy("a", 7, "o1"), Result{GrantRejected, 0}, map[string]lockState{"a": {tok(2), 7, ""}}},
+			{grantBy("a", 100, "o1"), Result{Code: Granted, Token: tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{expire("a", tok(2)), Result{Code: Noop, Token: 0}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{expire("a", tok(1)), Result{Code: Expired, Token: tok(1)}, map[string]lockState{}},
+			{grant("a", 7), Result{Code: Granted, Token: tok(2)}, map[string]lockState{"a": {tok(2), 7, ""}}},
+			{grantBy("a", 7, "o1"), Result{Code: GrantRejected, Token: 0}, map[string]lockState{"a": {tok(2), 7, ""}}},
 		}},
 		{"extend keeps the owner", []step{
-			{grantBy("a", 100, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
-			{extend("a", tok(1), 500), Result{Extended, tok(1)}, map[string]lockState{"a": {tok(1), 500, "o1"}}},
-			{grantBy("a", 5, "o1"), Result{Regranted, tok(1)}, map[string]lockState{"a": {tok(1), 500, "o1"}}},
+			{grantBy("a", 100, "o1"), Result{Code: Granted, Token: tok(1)}, map[string]lockState{"a": {tok(1), 100, "o1"}}},
+			{extend("a", tok(1), 500), Result{Code: Extended, Token: tok(1)}, map[string]lockState{"a": {tok(1), 500, "o1"}}},
+			{grantBy("a", 5, "o1"), Result{Code: Regranted, Token: tok(1)}, map[string]lockState{"a": {tok(1), 500, "o1"}}},
 		}},
 		{"owners of reused slots", []step{
-			{grantBy("a", 1, "oa"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 1, "oa"}}},
-			{release("a", 0), Result{Released, tok(1)}, map[string]lockState{}},
+			{grantBy("a", 1, "oa"), Result{Code: Granted, Token: tok(1)}, map[string]lockState{"a": {tok(1), 1, "oa"}}},
+			{release("a", 0), Result{Code: Released, Token: tok(1)}, map[string]lockState{}},
 			// b takes a's slot: a's owner must not come with it.
-			{grant("b", 2), Result{Granted, tok(2)}, map[string]lockState{"b": {tok(2), 2, ""}}},
-			{grantBy("b", 2, "oa"), Result{GrantRejected, 0}, map[string]lockState{"b": {tok(2), 2, ""}}},
-			{grantBy("c", 3, long), Result{Granted, tok(3)}, map[string]lockState{"b": {tok(2), 2, ""}, "c": {tok(3), 3, long}}},
-			{grantBy("c", 3, long), Result{Regranted, tok(3)}, map[string]lockState{"b": {tok(2), 2, ""}, "c": {tok(3), 3, long}}},
+			{grant("b", 2), Result{Code: Granted, Token: tok(2)}, map[string]lockState{"b": {tok(2), 2, ""}}},
+			{grantBy("b", 2, "oa"), Result{Code: GrantRejected, Token: 0}, map[string]lockState{"b": {tok(2), 2, ""}}},
+			{grantBy("c", 3, long), Result{Code: Granted, Token: tok(3)}, map[string]lockState{"b": {tok(2), 2, ""}, "c": {tok(3), 3, long}}},
+			{grantBy("c", 3, long), Result{Code: Regranted, Token: tok(3)}, map[string]lockState{"b": {tok(2), 2, ""}, "c": {tok(3), 3, long}}},
 		}},
 		{"owner on other ops is ignored", []step{
-			{grantBy("a", 1, "o1"), Result{Granted, tok(1)}, map[string]lockState{"a": {tok(1), 1, "o1"}}},
-			{Command{Op: OpExtend, Key: []byte("a"), Token: tok(1), LeaseMs: 9, Owner: []byte("o2")}, Result{Extended, tok(1)}, map[string]lockState{"a": {tok(1), 9, "o1"}}},
-			{Command{Op: OpRelease, Key: []byte("a"), Owner: []byte("o2")}, Result{Released, tok(1)}, map[string]lockState{}},
+			{grantBy("a", 1, "o1"), Result{Code: Granted, Token: tok(1)}, map[string]lockState{"a": {tok(1), 1, "o1"}}},
+			{Command{Op: OpExtend, Key: []byte("a"), Token: tok(1), LeaseMs: 9, Owner: []byte("o2")}, Result{Code: Extended, Token: tok(1)}, map[string]lockState{"a": {tok(1), 9, "o1"}}},
+			{Command{Op: OpRelease, Key: []byte("a"), Owner: []byte("o2")}, Result{Code: Released, Token: tok(1)}, map[string]lockState{}},
 		}},
 	}
 	for _, tc := range tests {
@@ -167,7 +167,7 @@ func TestApplyOwners(t *testing.T) {
 			tb := newTable(shard, 0, 0)
 			for i, st := range tc.steps {
 				seq := tb.seq
-				if got := tb.apply(&st.cmd); got != st.want {
+				if got := outcome(tb.apply(&st.cmd)); got != st.want {
 					t.Fatalf("step %d %+v: got %+v, want %+v", i, st.cmd, got, st.want)
 				}
 				if st.want.Code == Regranted && tb.seq != seq {
@@ -291,33 +291,33 @@ func TestApplyFence(t *testing.T) {
 		steps []step
 	}{
 		{"before any fence every batch applies", []step{
-			{by(a), []Command{grant("x", 1)}, []Result{{Granted, tok(1)}}, 0},
-			{by(b), []Command{grant("y", 2), release("x", 0)}, []Result{{Granted, tok(2)}, {Released, tok(1)}}, 0},
-			{by(0), []Command{grantBy("x", 3, "o")}, []Result{{Granted, tok(3)}}, 0},
+			{by(a), []Command{grant("x", 1)}, []Result{{Code: Granted, Token: tok(1)}}, 0},
+			{by(b), []Command{grant("y", 2), release("x", 0)}, []Result{{Code: Granted, Token: tok(2)}, {Code: Released, Token: tok(1)}}, 0},
+			{by(0), []Command{grantBy("x", 3, "o")}, []Result{{Code: Granted, Token: tok(3)}}, 0},
 			{by(c), nil, nil, 0},
 		}},
 		{"a fence keeps other proposers out", []step{
-			{by(b), []Command{grantBy("x", 1, "o"), grant("y", 1)}, []Result{{Granted, tok(1)}, {Granted, tok(2)}}, 0},
+			{by(b), []Command{grantBy("x", 1, "o"), grant("y", 1)}, []Result{{Code: Granted, Token: tok(1)}, {Code: Granted, Token: tok(2)}}, 0},
 			{fenceOf(a), nil, nil, a},
 			// Every op of b, each of which would change the table.
 			{by(b), []Command{grant("z", 5), grantBy("x", 5, "o"), release("x", 0), extend("y", tok(2), 9), expire("y", tok(2))}, fenced(5), a},
 			{by(0), []Command{grant("z", 5)}, fenced(1), a},
 			{by(b), nil, nil, a},
 			// a's batches apply, and the token counter did not move for b.
-			{by(a), []Command{grant("z", 5), release("x", tok(1))}, []Result{{Granted, tok(3)}, {Released, tok(1)}}, a},
+			{by(a), []Command{grant("z", 5), release("x", tok(1))}, []Result{{Code: Granted, Token: tok(3)}, {Code: Released, Token: tok(1)}}, a},
 		}},
 		{"a later fence switches", []step{
 			{fenceOf(a), nil, nil, a},
-			{by(a), []Command{grant("x", 1)}, []Result{{Granted, tok(1)}}, a},
+			{by(a), []Command{grant("x", 1)}, []Result{{Code: Granted, Token: tok(1)}}, a},
 			{fenceOf(b), nil, nil, b},
 			{by(a), []Command{release("x", 0), grant("y", 1)}, fenced(2), b},
-			{by(b), []Command{grant("y", 1), release("x", 0)}, []Result{{Granted, tok(2)}, {Released, tok(1)}}, b},
+			{by(b), []Command{grant("y", 1), release("x", 0)}, []Result{{Code: Granted, Token: tok(2)}, {Code: Released, Token: tok(1)}}, b},
 			// A proposer fencing again keeps the table its own.
 			{fenceOf(b), nil, nil, b},
-			{by(b), []Command{grant("x", 1)}, []Result{{Granted, tok(3)}}, b},
+			{by(b), []Command{grant("x", 1)}, []Result{{Code: Granted, Token: tok(3)}}, b},
 			{fenceOf(a), nil, nil, a},
 			{by(b), []Command{release("x", 0)}, fenced(1), a},
-			{by(a), []Command{release("x", 0)}, []Result{{Released, tok(3)}}, a},
+			{by(a), []Command{release("x", 0)}, []Result{{Code: Released, Token: tok(3)}}, a},
 		}},
 	}
 	for _, tc := range tests {
@@ -325,7 +325,7 @@ func TestApplyFence(t *testing.T) {
 			tb := newTable(shard, 0, 0)
 			for i, st := range tc.steps {
 				before, seq, changed := tableLocks(tb), tb.seq, changedKeys(tb)
-				got := tb.applyBatch(st.h, st.cmds, nil)
+				got := outcomes(tb.applyBatch(st.h, st.cmds, nil))
 				if !slices.Equal(got, st.want) {
 					t.Fatalf("step %d %+v: results %+v, want %+v", i, st.h, got, st.want)
 				}

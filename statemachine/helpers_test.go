@@ -201,18 +201,47 @@ type applied struct {
 	results      []Result
 }
 
-// recorder is an Observer that keeps copies of what it was told.
+// outcome is r without its slot: what the tests compare (slots are the
+// table's business, checked by the index tests).
+func outcome(r Result) Result {
+	r.Slot = 0
+	return r
+}
+
+// outcomes is outcome of each result, in place.
+func outcomes(rs []Result) []Result {
+	for i := range rs {
+		rs[i] = outcome(rs[i])
+	}
+	return rs
+}
+
+// recorder is an Observer that keeps copies of what it was told. It checks
+// that the state machine holds the table's lock (Locker) for every call.
 type recorder struct {
+	table   sync.Mutex // what Locker returns, for every shard
 	mu      sync.Mutex
 	resets  map[uint64]map[string]Lock // shard -> the locks of its last Reset
 	applied []applied
 }
 
+func (r *recorder) Locker(uint64) sync.Locker { return &r.table }
+
+// mustHoldTable panics if the table's lock is free: the state machine
+// called the observer without it.
+func (r *recorder) mustHoldTable(call string) {
+	if r.table.TryLock() {
+		r.table.Unlock()
+		panic("statemachine called " + call + " without the table's lock")
+	}
+}
+
 func newRecorder() *recorder { return &recorder{resets: map[uint64]map[string]Lock{}} }
 
-func (r *recorder) Reset(shard uint64, each func(fn func(Lock))) {
+func (r *recorder) Reset(shard uint64, t Table) {
+	r.mustHoldTable("Reset")
 	locks := map[string]Lock{}
-	each(func(l Lock) {
+	t.Locks(func(l Lock) {
 		l.Key = bytes.Clone(l.Key)
 		l.Owner = bytes.Clone(l.Owner)
 		locks[string(l.Key)] = l
@@ -223,9 +252,10 @@ func (r *recorder) Reset(shard uint64, each func(fn func(Lock))) {
 }
 
 func (r *recorder) Applied(shard, index uint64, h Header, cmds []Command, results []Result) {
+	r.mustHoldTable("Applied")
 	a := applied{shard: shard, index: index, h: h}
 	if len(results) > 0 { // nil for an entry without commands, to compare easily
-		a.results = slices.Clone(results)
+		a.results = outcomes(slices.Clone(results))
 	}
 	for _, c := range cmds {
 		c.Key = bytes.Clone(c.Key)

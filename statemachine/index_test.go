@@ -202,3 +202,28 @@ func TestIndexGrowsAndShrinks(t *testing.T) {
 		t.Fatalf("index of %d entries for %d keys", len(tb.index.entries), len(want))
 	}
 }
+
+// A result names the row of its key, and a row freed by an entry is not
+// reused before the entry ends: within one entry a slot names one key.
+func TestResultSlots(t *testing.T) {
+	tb := newTable(1, 0, 0)
+	v := Table{tb}
+	res := tb.applyBatch(Header{Proposer: 1}, []Command{grant("a", 1), grant("b", 2)}, nil)
+	tb.endEntry()
+	a, b := res[0].Slot, res[1].Slot
+	if s, ok := v.Find([]byte("a")); !ok || s != a || string(v.Key(a)) != "a" || v.Token(a) != res[0].Token || v.LeaseMs(a) != 1 {
+		t.Fatalf("a: slot %d found %v, result slot %d", s, ok, a)
+	}
+	res = tb.applyBatch(Header{Proposer: 1}, []Command{release("a", 0), grant("c", 3), extend("b", v.Token(b), 9)}, nil)
+	if res[0].Slot != a || res[1].Slot == a || res[2].Slot != b {
+		t.Fatalf("slots %+v: a was %d, b %d", res, a, b)
+	}
+	if v.Held(a) || v.Len() != 2 {
+		t.Fatalf("a's row still held, or %d held", v.Len())
+	}
+	tb.endEntry()
+	res = tb.applyBatch(Header{Proposer: 1}, []Command{grant("d", 1)}, nil)
+	if res[0].Slot != a {
+		t.Fatalf("d got slot %d, want a's %d once the entry that freed it ended", res[0].Slot, a)
+	}
+}

@@ -113,17 +113,12 @@ type onDisk struct {
 	// Scratch reused by every Update.
 	cmds    []Command
 	results []Result
-	spans   []span
+
+	// noObs stands for the observer's lock when there is none.
+	noObs sync.Mutex
 
 	snapMu sync.Mutex
 	snaps  map[*snapCtx]struct{}
-}
-
-// span locates one decoded entry in the Update scratch slices.
-type span struct {
-	index      uint64
-	h          Header
-	start, end int
 }
 
 func newOnDisk(db *pebble.DB, obs Observer, shard uint64) *onDisk {
@@ -195,10 +190,7 @@ func (s *onDisk) Open(stopc <-chan struct{}) (uint64, error) {
 	} else if err := s.load(t, stopc); err != nil {
 		return 0, err
 	}
-	s.mu.Lock()
-	s.t, s.applied = t, m.applied
-	s.mu.Unlock()
-	s.reset()
+	s.install(t, m.applied)
 	return m.applied, nil
 }
 
@@ -300,11 +292,17 @@ func stopped(c <-chan struct{}) bool {
 	}
 }
 
-// reset tells the observer the table was replaced. Only the serialized
-// methods call it, so t cannot change under each.
-func (s *onDisk) reset() {
+// install makes t, at applied, the shard's table, and tells the observer,
+// under its lock: from the observer's Reset on, it reads t.
+func (s *onDisk) install(t *table, applied uint64) {
+	lk := s.locker()
+	lk.Lock()
+	defer lk.Unlock()
+	s.mu.Lock()
+	s.t, s.applied = t, applied
+	s.mu.Unlock()
 	if s.obs != nil {
-		s.obs.Reset(s.shard, s.t.each)
+		s.obs.Reset(s.shard, Table{t})
 	}
 }
 
@@ -319,14 +317,12 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	if len(ents) == 0 {
 		return ents, nil
 	}
-	cmds, results, spans := s.cmds[:0], s.results[:0], s.spans[:0]
-
-	s.mu.Lock()
+	cmds, results := s.cmds[:0], s.results[:0]
 	t := s.t
 	if t == nil {
-		s.mu.Unlock()
 		return ents, ErrClosed
 	}
+	lk := s.locker()
 	for i := range ents {
 		e := &ents[i]
 		e.Result = sm.Result{}
@@ -341,10 +337,21 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			// entry keeps them identical.
 			continue
 		}
+		// The entry's change and its Applied under the observer's lock,
+		// so that the observer never sees one without the other.
+		lk.Lock()
+		s.mu.Lock()
 		results = t.applyBatch(h, cmds[start:], results)
+		s.applied = e.Index
+		s.mu.Unlock()
+		if s.obs != nil {
+			s.obs.Applied(s.shard, e.Index, h, cmds[start:], results[start:])
+		}
+		t.endEntry()
+		lk.Unlock()
 		e.Result.Value = uint64(len(cmds) - start)
-		spans = append(spans, span{index: e.Index, h: h, start: start, end: len(cmds)})
 	}
+	s.mu.Lock()
 	s.applied = ents[len(ents)-1].Index
 	s.mu.Unlock()
 	s.uncheckpointed += len(cmds)
@@ -357,17 +364,20 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 		// million commands costs nothing measurable.
 		err = s.checkpoint(pebble.Sync)
 	}
-	if err == nil && s.obs != nil {
-		for _, sp := range spans {
-			s.obs.Applied(s.shard, sp.index, sp.h, cmds[sp.start:sp.end], results[sp.start:sp.end])
-		}
-	}
-	t.endEntry()
 	// Drop the keys, which alias dragonboat's entries, so that they can be
 	// collected before the next Update.
 	clear(cmds)
-	s.cmds, s.results, s.spans = cmds[:0], results[:0], spans[:0]
+	s.cmds, s.results = cmds[:0], results[:0]
 	return ents, err
+}
+
+// locker is the observer's lock of the shard's table (see
+// Observer.Locker), or a lock nobody else takes when there is no observer.
+func (s *onDisk) locker() sync.Locker {
+	if s.obs == nil {
+		return &s.noObs
+	}
+	return s.obs.Locker(s.shard)
 }
 
 // Update writes a checkpoint of its own when either bound is reached, so
@@ -406,11 +416,14 @@ func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
 		// The changes stay recorded: the next checkpoint writes them.
 		return fmt.Errorf("statemachine: shard %d: checkpoint: %w", s.shard, err)
 	}
-	// Ghosts leave the index and the arena: Lookup must not read them
-	// meanwhile.
+	// Ghosts leave the index and the arena: neither the observer nor
+	// Lookup may read them meanwhile.
+	lk := s.locker()
+	lk.Lock()
 	s.mu.Lock()
 	t.checkpointed()
 	s.mu.Unlock()
+	lk.Unlock()
 	s.uncheckpointed = 0
 	return nil
 }

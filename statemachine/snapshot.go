@@ -265,11 +265,8 @@ func (s *onDisk) RecoverFromSnapshot(r io.Reader, stopc <-chan struct{}) error {
 	if err := s.writeTable(applied, t, stopc); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.t, s.applied = t, applied
-	s.mu.Unlock()
+	s.install(t, applied)
 	s.uncheckpointed = 0 // writeTable wrote the whole table: a checkpoint
-	s.reset()
 	return nil
 }
 
