@@ -5,8 +5,13 @@ import sm "github.com/baton-dev/baton/statemachine"
 // Building the batch the proposer proposes as one Raft entry, and waking
 // the proposer.
 
+// addKey starts the working state of a key that has none, with its
+// holder from the table.
 func (s *shard) addKey(key string) *keyState {
-	ks := &keyState{key: key, leaseIdx: notInHeap}
+	ks := &keyState{key: key, slot: noSlot}
+	if slot, held := s.table.Find(bytesOf(key)); held {
+		ks.slot = int32(slot)
+	}
 	s.keys[key] = ks
 	return ks
 }
@@ -27,7 +32,7 @@ func (s *shard) propose(c sm.Command, o origin) {
 // grantHead proposes a Grant for the next waiter if the key is free and no
 // Grant is in flight.
 func (s *shard) grantHead(ks *keyState) {
-	if s.serving && ks.token == 0 {
+	if s.serving && s.holderToken(ks) == 0 {
 		s.handOff(ks)
 	}
 }

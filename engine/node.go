@@ -307,9 +307,13 @@ func (n *Node) shardFor(key []byte) *shard {
 
 // ---- Raft and state machine callbacks ----
 
+// Locker implements statemachine.Observer: the shard's mu guards the
+// table the engine reads (shard.table).
+func (n *Node) Locker(shardID uint64) sync.Locker { return &n.shards[shardID-1].mu }
+
 // Reset implements statemachine.Observer.
-func (n *Node) Reset(shardID uint64, each func(func(sm.Lock))) {
-	n.shards[shardID-1].reset(each)
+func (n *Node) Reset(shardID uint64, t sm.Table) {
+	n.shards[shardID-1].reset(t)
 }
 
 // Applied implements statemachine.Observer.

@@ -55,10 +55,15 @@ type shard struct {
 	id   uint64
 	node *Node
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// table is the shard's committed lock table, the state machine's
+	// (statemachine.Table), read under mu: the state machine changes it
+	// only with mu held (Node.Locker), and tells of each change (applied)
+	// before it lets go. keys has the working state of the keys that are
+	// busy; leases the deadline of every held key, by the table's slot.
+	table     sm.Table
 	keys      map[string]*keyState
-	owners    map[string]string // key -> owner of its committed grant, for grants with one (owners.go)
-	leases    deadlineHeap[*keyState]
+	leases    leases
 	waits     deadlineHeap[*waiter]
 	pending   sm.Batch
 	origins   []origin
@@ -103,7 +108,6 @@ func newShard(n *Node, id uint64) *shard {
 		id:        id,
 		node:      n,
 		keys:      make(map[string]*keyState),
-		owners:    make(map[string]string),
 		kick:      make(chan struct{}, 1),
 		timerKick: make(chan struct{}, 1),
 		readKick:  make(chan struct{}, 1),
@@ -123,6 +127,16 @@ var epoch = time.Now()
 func monoNow() int64 { return int64(time.Since(epoch)) }
 
 func msToNanos(ms uint32) int64 { return int64(ms) * int64(time.Millisecond) }
+
+// holderToken is the token of ks's committed holder, 0 when the key is
+// free. While an entry's Applied runs, the table is already at the entry's
+// end: a row that a later command of the entry frees reads as free.
+func (s *shard) holderToken(ks *keyState) uint64 {
+	if ks.slot == noSlot || !s.table.Held(uint32(ks.slot)) {
+		return 0
+	}
+	return s.table.Token(uint32(ks.slot))
+}
 
 // bytesOf views a key string as bytes without copying, for formatting only.
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
