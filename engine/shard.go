@@ -50,7 +50,9 @@ type proposal struct {
 // (requests), the apply goroutine (Applied), the timer goroutine and the
 // proposer take in turn; none of them blocks while holding it.
 //
-// Lock order: proposeMu, then mu, then a connState's mu.
+// Lock order: proposeMu, then mu, then the state machine's table lock
+// (Update takes it inside mu, which it holds for the observer: Node.Locker),
+// then a connState's mu.
 type shard struct {
 	id   uint64
 	node *Node

@@ -193,14 +193,37 @@
 //
 // # Memory and concurrency
 //
-// Each shard's state machine keeps its whole table in memory (key -> token,
-// lease, owner), so Update never reads pebble. Owners are kept aside from
-// the rows, for the rows that have one, so that a lock without an owner
-// costs what it did before owners existed. dragonboat may call Lookup while
-// Update or RecoverFromSnapshot runs; Lookup reads the in-memory table under
-// a read lock, which Update holds for writing only while it applies
-// commands (not while a checkpoint commits) and RecoverFromSnapshot only to swap
-// in the new table. Lookup returns ErrClosed after Close.
+// Each shard's state machine keeps its whole table in memory, so Update
+// never reads pebble, and keeps each held key once, compactly (apply.go):
+// the key's bytes in an arena of append-only chunks (arena.go), its row
+// (token, lease, the key's place in the arena; 16 bytes) in a slab by
+// slot, and an open-addressed hash from key to slot (index.go: 8 bytes an
+// entry, at most 3/4 full). None of them holds a Go pointer per key, so the
+// GC scans almost nothing of a big table; measured with 1,000,000 locks
+// held, the table is about 55 bytes per lock of 17-byte keys. Owners are
+// kept aside from the rows, for the rows that have one, so that a lock
+// without an owner costs nothing for them. The arena reclaims freed key
+// bytes a chunk at a time: a chunk other than the tail that falls below
+// half live has its live keys copied to the tail and is dropped, so the
+// arena stays under twice its live bytes plus a chunk, and one compaction
+// moves at most a chunk (64 KiB). The set of keys changed since the
+// checkpoint is flags on the rows and a list of their slots; a key the
+// checkpoint has and that was released since stays in the index as a
+// ghost row (not held) until the checkpoint has written its delete.
+//
+// The table is also the engine's view of the shard's locks (Table, which
+// the Observer reads), so it is guarded by two locks. The Observer's
+// (Observer.Locker) keeps the observer's reads apart from every change:
+// Update holds it from the change of each entry to the end of its Applied,
+// a checkpoint while it drops ghost rows, Open and RecoverFromSnapshot
+// while they swap the table in and call Reset. The state machine's own
+// read-write mutex, taken inside the observer's, keeps dragonboat's Lookup
+// (which may run while Update or RecoverFromSnapshot does) apart from the
+// same changes: Lookup reads under its read lock, which is never held
+// while pebble is written. Lookup returns ErrClosed after Close. Key bytes
+// never change once written (a chunk is only appended to), so the slices
+// that Reset's Table and backups hand out stay valid however long they are
+// kept.
 package statemachine
 
 import "sync"

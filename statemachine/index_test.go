@@ -227,3 +227,84 @@ func TestResultSlots(t *testing.T) {
 		t.Fatalf("d got slot %d, want a's %d once the entry that freed it ended", res[0].Slot, a)
 	}
 }
+
+// FuzzTableAgainstMap applies a stream of commands, entry ends and
+// checkpoints, decoded from the input, to a table and to a map, and checks
+// that they agree after every step: held keys and tokens, the changed set
+// against what the last checkpoint holds, and the index, arena and slab
+// counts.
+func FuzzTableAgainstMap(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 2, 1, 1, 3, 0, 4, 2, 1, 5})
+	f.Add([]byte{0, 9, 0, 9, 1, 9, 4, 0, 9, 1, 9, 4, 0, 9})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		tb := newTable(1, 0, 0)
+		held := map[string]uint64{}
+		stored := map[string]bool{} // what the last checkpoint holds
+		key := func(b byte) string {
+			// 16 keys, short and long, some sharing prefixes.
+			n := int(b % 16)
+			return fmt.Sprintf("k%02d/", n) + strings.Repeat("z", (n*37)%(MaxKeyLen-4))
+		}
+		for len(in) >= 2 {
+			op, k := in[0]%6, key(in[1])
+			in = in[2:]
+			switch op {
+			case 0:
+				c := grant(k, 1)
+				r := tb.apply(&c)
+				if _, ok := held[k]; ok != (r.Code == GrantRejected) {
+					t.Fatalf("grant %s: %v, held %v", k, r.Code, ok)
+				}
+				if r.Code == Granted {
+					held[k] = r.Token
+				}
+			case 1, 2:
+				c := release(k, 0)
+				if op == 2 {
+					c = expire(k, held[k])
+				}
+				r := tb.apply(&c)
+				if _, ok := held[k]; ok != (r.Code == Released || r.Code == Expired) {
+					t.Fatalf("release %s: %v, held %v", k, r.Code, ok)
+				}
+				delete(held, k)
+			case 3:
+				c := extend(k, held[k], 2)
+				tb.apply(&c)
+			case 4:
+				tb.endEntry()
+			case 5:
+				tb.endEntry()
+				tb.checkpointed()
+				stored = map[string]bool{}
+				for k := range held {
+					stored[k] = true
+				}
+			}
+			got := tableLocks(tb)
+			if len(got) != len(held) {
+				t.Fatalf("table holds %d, model %d", len(got), len(held))
+			}
+			for k, tok := range held {
+				if got[k].token != tok {
+					t.Fatalf("%s: token %d, model %d", k, got[k].token, tok)
+				}
+			}
+			for k, was := range changedKeys(tb) {
+				if was != stored[k] {
+					t.Fatalf("%s changed, stored %v, but the checkpoint has it: %v", k, was, stored[k])
+				}
+			}
+			for k := range stored {
+				if _, ok := held[k]; !ok {
+					if _, ch := changedKeys(tb)[k]; !ch {
+						t.Fatalf("%s released since the checkpoint, not changed", k)
+					}
+				}
+			}
+			if n := len(tb.rows) - len(tb.free) - len(tb.freed); n != tb.index.n {
+				t.Fatalf("%d rows in use, %d in the index", n, tb.index.n)
+			}
+		}
+	})
+}

@@ -87,9 +87,13 @@ func Factory(db *pebble.DB, obs Observer) sm.CreateOnDiskStateMachineFunc {
 //
 // dragonboat serializes Open, Update, Sync, PrepareSnapshot,
 // RecoverFromSnapshot and Close; Lookup and SaveSnapshot run concurrently with
-// them. Hence the fields they share: mu guards t against Lookup, SaveSnapshot
-// uses only its own pebble snapshot, and snapMu guards the set of snapshots
-// Close must release.
+// them, and the observer reads the table (Table) whenever it holds its
+// lock (Observer.Locker). Hence the fields they share: every change of t
+// (and of the table it points to) is made under the observer's lock and,
+// inside it, mu, which guards t against Lookup; SaveSnapshot uses only its
+// own pebble snapshot, and snapMu guards the set of snapshots Close must
+// release. The serialized methods read t without a lock: only they change
+// it.
 type onDisk struct {
 	db    *pebble.DB
 	obs   Observer
@@ -307,12 +311,16 @@ func (s *onDisk) install(t *table, applied uint64) {
 }
 
 // Update implements sm.IOnDiskStateMachine: it applies the entries to the
-// in-memory table (table.applyBatch, which also decides the fence) and
-// tells the observer of every decodable entry, fences and Fenced batches
-// included; pebble is written only when a checkpoint bound is reached
-// (checkpointKeys, checkpointCommands; see the package doc). Result.Value
-// is the entry's number of commands (0 for a fence, an empty or an
-// undecodable entry), whatever their results.
+// in-memory table one at a time (table.applyBatch, which also decides the
+// fence) and tells the observer of every decodable entry, fences and
+// Fenced batches included, each under the observer's lock from its change
+// to the end of its Applied; pebble is written only when a checkpoint
+// bound is reached (checkpointKeys, checkpointCommands; see the package
+// doc), after the observer was told, and an error of that checkpoint is
+// Update's (the table and the observer have the entries; the next
+// checkpoint writes them). Result.Value is the entry's number of commands
+// (0 for a fence, an empty or an undecodable entry), whatever their
+// results.
 func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	if len(ents) == 0 {
 		return ents, nil
