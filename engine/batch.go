@@ -8,8 +8,15 @@ import sm "github.com/baton-dev/baton/statemachine"
 // addKey starts the working state of a key that has none, with its
 // holder from the table.
 func (s *shard) addKey(key string) *keyState {
+	slot, held := s.table.Find(bytesOf(key))
+	return s.addHeldKey(key, slot, held)
+}
+
+// addHeldKey is addKey for a key whose row the caller has looked up: slot,
+// if held.
+func (s *shard) addHeldKey(key string, slot uint32, held bool) *keyState {
 	ks := &keyState{key: key, slot: noSlot}
-	if slot, held := s.table.Find(bytesOf(key)); held {
+	if held {
 		ks.slot = int32(slot)
 	}
 	s.keys[key] = ks

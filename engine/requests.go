@@ -174,7 +174,8 @@ func (s *shard) keyFull(ks *keyState, owner []byte) bool {
 func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 	ks := s.keys[string(r.Key)]
 	if ks == nil {
-		if _, held := s.table.Find(r.Key); !held && !s.node.clustered() {
+		slot, held := s.table.Find(r.Key)
+		if !held && !s.node.clustered() {
 			// Nothing holds the key and nothing is in flight for it, and a
 			// single node cannot have lost its leadership: the answer is
 			// certain without a round through Raft.
@@ -187,7 +188,7 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 		// leader may have granted the key meanwhile. Through Raft, the
 		// answer is NOTHELD only if the committed table says so, and a
 		// deposed leader's proposal fails (MOVED).
-		ks = s.addKey(string(r.Key))
+		ks = s.addHeldKey(string(r.Key), slot, held)
 	}
 	o := origin{kind: originClient, op: r.Op, ks: ks, cs: cs}
 	if r.Op == codec.OpRelease {
