@@ -115,7 +115,7 @@ func TestNothingProposedUnlessLeading(t *testing.T) {
 	s := testShard(t)
 	s.mu.Lock()
 	s.pending.Append(sm.Command{Op: sm.OpRelease, Key: []byte("k"), Token: 1025})
-	s.origins = append(s.origins, origin{kind: originInternal, ks: s.addKey("k"), token: 1025})
+	s.origins = append(s.origins, origin{kind: originInternal, ks: s.addKey([]byte("k")), token: 1025})
 	s.serving, s.needFence, s.leaderID = false, true, 2
 	s.mu.Unlock()
 	nothingProposed(t, s, "by a follower")

@@ -74,7 +74,7 @@ func (s *shard) badRequest(cs *connState, r *codec.Request, perr *codec.ParseErr
 func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 	ks := s.keys[string(r.Key)]
 	if ks == nil {
-		ks = s.addKey(string(r.Key))
+		ks = s.addKey(r.Key)
 	}
 	retry := s.isRetry(ks, r.Owner)
 	held := s.holderToken(ks) != 0
@@ -188,7 +188,7 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 		// leader may have granted the key meanwhile. Through Raft, the
 		// answer is NOTHELD only if the committed table says so, and a
 		// deposed leader's proposal fails (MOVED).
-		ks = s.addHeldKey(string(r.Key), slot, held)
+		ks = s.addFound(r.Key, slot, held)
 	}
 	o := origin{kind: originClient, op: r.Op, ks: ks, cs: cs}
 	if r.Op == codec.OpRelease {

@@ -176,7 +176,7 @@ func (s *shard) leaseDue(slot uint32, now int64) {
 	key := s.table.Key(slot)
 	ks := s.keys[string(key)]
 	if ks == nil {
-		ks = s.addHeldKey(string(key), slot, true)
+		ks = s.addFound(key, slot, true)
 	}
 	if ks.expiring || ks.extending > 0 {
 		return // an Expire or settle re-arms it
