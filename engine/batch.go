@@ -1,43 +1,9 @@
 package engine
 
-import (
-	"unsafe"
-
-	sm "github.com/baton-dev/baton/statemachine"
-)
+import sm "github.com/baton-dev/baton/statemachine"
 
 // Building the batch the proposer proposes as one Raft entry, and waking
 // the proposer.
-
-// addKey starts the working state of a key that has none, with its
-// holder from the table.
-func (s *shard) addKey(key []byte) *keyState {
-	slot, held := s.table.Find(key)
-	return s.addFound(key, slot, held)
-}
-
-// addFound is addKey for a key whose row the caller has looked up: slot,
-// if held. The key's string is the table's bytes when it is held (they
-// never change: statemachine.Table.Key), so that the release of a held
-// key allocates no copy of it.
-func (s *shard) addFound(key []byte, slot uint32, held bool) *keyState {
-	ks := &keyState{slot: noSlot}
-	if held {
-		ks.slot = int32(slot)
-		b := s.table.Key(slot)
-		ks.key = unsafe.String(unsafe.SliceData(b), len(b))
-	} else {
-		ks.key = string(key)
-	}
-	s.keys[ks.key] = ks
-	return ks
-}
-
-func (s *shard) forgetIfIdle(ks *keyState) {
-	if ks.idle() && s.keys[ks.key] == ks {
-		delete(s.keys, ks.key)
-	}
-}
 
 // propose appends one command to the batch being built.
 func (s *shard) propose(c sm.Command, o origin) {

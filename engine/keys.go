@@ -62,9 +62,10 @@ func (w *waiter) live() bool {
 // waiters and its commands in flight (on the leader). The committed holder
 // is not here but in the table (slot names its row, which the Table holds
 // on every replica), and its lease deadline is the shard's leases'. A key
-// has a keyState only while it has waiters or commands in flight, so the
-// map of them stays as small as the working set: a key that is only held
-// costs the table's row and a lease deadline, nothing more.
+// has a keyState only while it has waiters or commands in flight (and, held,
+// for a while after: busy.go), so the map of them stays as small as the
+// working set: a key that is only held costs the table's row and a lease
+// deadline, nothing more.
 type keyState struct {
 	key string
 	// slot is the table's row of the committed holder, noSlot when the key
@@ -79,9 +80,12 @@ type keyState struct {
 	deferred  int32 // waitDeferred waiters in the queue
 	queued    int32 // waiters in the queue, deferred ones too
 	expiring  bool  // an Expire for the holder's token is in flight
-	granting  *waiter
-	head      *waiter
-	tail      *waiter
+	// parked: idle, but kept in the shard's ring of parked keyStates
+	// (busy.go), because the key is held.
+	parked   bool
+	granting *waiter
+	head     *waiter
+	tail     *waiter
 }
 
 // noSlot is the slot of a free key.

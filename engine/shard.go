@@ -63,16 +63,18 @@ type shard struct {
 	// only with mu held (Node.Locker), and tells of each change (applied)
 	// before it lets go. keys has the working state of the keys that are
 	// busy; leases the deadline of every held key, by the table's slot.
-	table     sm.Table
-	keys      map[string]*keyState
-	leases    leases
-	waits     deadlineHeap[*waiter]
-	pending   sm.Batch
-	origins   []origin
-	inflight  []*proposal
-	seq       uint64
-	trailing  map[uint32][]trailingAnswer // answers held back behind an R or K in flight (order.go)
-	nextTrail uint32
+	table      sm.Table
+	keys       map[string]*keyState
+	parked     []*keyState // idle keyStates of held keys, a ring (busy.go)
+	parkedNext int         // the oldest in parked, once it is full
+	leases     leases
+	waits      deadlineHeap[*waiter]
+	pending    sm.Batch
+	origins    []origin
+	inflight   []*proposal
+	seq        uint64
+	trailing   map[uint32][]trailingAnswer // answers held back behind an R or K in flight (order.go)
+	nextTrail  uint32
 
 	// inflightCmds: the commands of the proposals in inflight, which with
 	// those of pending is what MaxPendingCommands bounds.

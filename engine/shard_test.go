@@ -337,8 +337,14 @@ func TestResetKeepsInFlightStateConsistent(t *testing.T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	want := map[string]uint64{"b": 11265, "c": 9217, "d": 10241}
-	if s.table.Len() != len(want) || s.leases.Len() != len(want) || len(s.keys) != 0 {
-		t.Fatalf("%d held, %d leases and %d busy keys, want %d, %d and none", s.table.Len(), s.leases.Len(), len(s.keys), len(want), len(want))
+	if s.table.Len() != len(want) || s.leases.Len() != len(want) {
+		t.Fatalf("%d held and %d leases, want %d of each", s.table.Len(), s.leases.Len(), len(want))
+	}
+	for k, ks := range s.keys {
+		slot, held := s.table.Find([]byte(k))
+		if _, ok := want[k]; !ok || !held || ks.slot != int32(slot) {
+			t.Fatalf("key %s has working state for slot %d; held %v, slot %d, want %v", k, ks.slot, held, slot, ok)
+		}
 	}
 	for k, tok := range want {
 		slot, held := s.table.Find([]byte(k))
