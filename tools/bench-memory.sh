@@ -4,8 +4,9 @@
 # 4-shard nodes each), RSS per idle connection (one fresh node each), and
 # 16 x 16 acquire+release cycles on one 4-shard node (RUNS fresh nodes
 # each), the builds alternating run by run so that both see the same
-# machine. With PROFILE=1, a heap profile of each build's first hold run is
-# written to the work dir's copy in OUT.
+# machine. With PROFILE=1, one more hold run of each build, not counted, has
+# its heap profiled (/debug/pprof/heap?gc=1) while the locks are held:
+# OUT/heap-0.pb.gz (BASE) and OUT/heap-1.pb.gz (NEW), for go tool pprof.
 #
 #   tools/bench-memory.sh BASE_BIN NEW_BIN    # dirs with batond and baton
 #
@@ -17,9 +18,9 @@ DURATION=${DURATION:-10s}
 HOLD=${HOLD:-1000000}
 IDLE=${IDLE:-10000}
 OUT=${OUT:-/tmp/bench-memory}
-CLIENT=127.0.0.1:17910
-RAFT=127.0.0.1:17911
-HTTP=127.0.0.1:17912
+CLIENT=127.0.0.1:17970
+RAFT=127.0.0.1:17971
+HTTP=127.0.0.1:17972
 builds=("$1" "$2")
 mkdir -p "$OUT"
 
@@ -37,9 +38,6 @@ for run in $(seq "$RUNS"); do
 		start_build "$b"
 		"$b/baton" bench --addr "$CLIENT" --workload hold --hold "$HOLD" --pid "$pid" --duration 1s --quiet \
 			--json "$work/h.json" >/dev/null
-		if [ "${PROFILE:-0}" = 1 ] && [ "$run" = 1 ]; then
-			curl -s "http://$HTTP/debug/pprof/heap?gc=1" >"$OUT/heap-$i.pb.gz"
-		fi
 		stop
 		v=$(jq -r '.bytes_per_lock | floor' "$work/h.json")
 		echo "build=$b run=$run hold=$HOLD bytes_per_lock=$v"
@@ -65,6 +63,22 @@ for run in $(seq "$RUNS"); do
 		echo "$v" >>"$work/rate-$i"
 	done
 done
+if [ "${PROFILE:-0}" = 1 ]; then
+	for i in 0 1; do
+		b=${builds[$i]}
+		start_build "$b"
+		# The hold workload releases its locks at the end: profile once
+		# every lock is held, during the settle before its RSS reading.
+		"$b/baton" bench --addr "$CLIENT" --workload hold --hold "$HOLD" --pid "$pid" --settle 15s --duration 1s \
+			--quiet --json "$work/p.json" >/dev/null &
+		bench=$!
+		until [ "$(curl -s "http://$HTTP/status" | jq -r .held)" = "$HOLD" ]; do sleep 0.2; done
+		curl -s "http://$HTTP/debug/pprof/heap?gc=1" >"$OUT/heap-$i.pb.gz"
+		wait "$bench"
+		stop
+		echo "build=$b heap profile: $OUT/heap-$i.pb.gz"
+	done
+fi
 for i in 0 1; do
 	echo "build=${builds[$i]} MEDIAN bytes_per_lock=$(median <"$work/hold-$i") cycles/s=$(median <"$work/rate-$i")"
 done
