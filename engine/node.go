@@ -20,9 +20,10 @@
 // one it cannot see. What the engine adds per held key is its lease
 // deadline, by the table's slot (leases.go: 12 bytes, and 4 in the heap on
 // the leader); the working state of a key (keys.go: its queue of waiters,
-// its commands in flight) exists only while the key is busy. Followers keep
-// the committed holders too (they are the table) and their deadlines, from
-// which a new leader restarts every lease (startServing).
+// its commands in flight) exists only while the key is busy, and for a
+// while after if it is held (at most 4,096 such per shard: busy.go).
+// Followers keep the committed holders too (they are the table) and their
+// deadlines, from which a new leader restarts every lease (startServing).
 //
 // Lock order: proposeMu, then shard.mu, then the state machine's own table
 // lock (statemachine's onDisk.mu, which Update takes inside shard.mu), then
