@@ -163,9 +163,9 @@ func TestBurstOfAnswersCutsOff(t *testing.T) {
 	if got := answers(cs); got != nil {
 		t.Fatalf("a cut-off connection keeps %d answers", len(got))
 	}
-	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 7})
+	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
 	_, cmds = take(t, s)
-	if len(cmds) != 1 || cmds[0].Op != sm.OpRelease || cmds[0].Token != 7 {
+	if len(cmds) != 1 || cmds[0].Op != sm.OpRelease || cmds[0].Token != 1025 {
 		t.Fatalf("proposed %+v, want the grant released", cmds)
 	}
 }

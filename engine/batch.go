@@ -5,18 +5,6 @@ import sm "github.com/baton-dev/baton/statemachine"
 // Building the batch the proposer proposes as one Raft entry, and waking
 // the proposer.
 
-func (s *shard) addKey(key string) *keyState {
-	ks := &keyState{key: key, leaseIdx: notInHeap}
-	s.keys[key] = ks
-	return ks
-}
-
-func (s *shard) forgetIfIdle(ks *keyState) {
-	if ks.idle() && s.keys[ks.key] == ks {
-		delete(s.keys, ks.key)
-	}
-}
-
 // propose appends one command to the batch being built.
 func (s *shard) propose(c sm.Command, o origin) {
 	s.pending.Append(c)
@@ -27,7 +15,7 @@ func (s *shard) propose(c sm.Command, o origin) {
 // grantHead proposes a Grant for the next waiter if the key is free and no
 // Grant is in flight.
 func (s *shard) grantHead(ks *keyState) {
-	if s.serving && ks.token == 0 {
+	if s.serving && s.holderToken(ks) == 0 {
 		s.handOff(ks)
 	}
 }

@@ -32,13 +32,14 @@ func (s *shard) resolveDropped(p *proposal) {
 		switch o.kind {
 		case originInternal:
 			ks.expiring = false
-			if ks.token == o.token {
-				ks.deadline = max(ks.deadline, now+int64(dropRetry))
-				s.leases.set(ks)
-				s.timerMayBeEarlier(ks.deadline)
+			holder := s.holderToken(ks)
+			if holder == o.token {
+				slot := uint32(ks.slot)
+				s.leases.setDeadline(slot, max(s.leases.deadlineOf(slot), now+int64(dropRetry)))
+				s.armLease(slot)
 			}
 			if s.node.tracing {
-				s.trace("internal command dropped", "key", ks.key, "token", o.token, "holder", ks.token, "retry_in_ms", (ks.deadline-now)/1e6)
+				s.trace("internal command dropped", "key", ks.key, "token", o.token, "holder", holder)
 			}
 		case originClient:
 			if !p.failed {

@@ -13,7 +13,7 @@ import (
 
 // foreignFence applies another node's fence to s.
 func foreignFence(s *shard) {
-	s.applied(sm.Header{Proposer: s.node.proposerID + 1, Seq: 1, Fence: true}, nil, nil)
+	applyEntry(s, entryOf(s.node.proposerID+1, 1, true))
 }
 
 func isServing(s *shard) bool {
@@ -39,7 +39,7 @@ func TestForeignFenceEndsServingAndLeaderClaimsBack(t *testing.T) {
 	if !p.fence || len(cmds) != 0 {
 		t.Fatalf("proposed %+v (fence %v), want a fence", cmds, p.fence)
 	}
-	s.applied(sm.Header{Proposer: s.node.proposerID, Seq: p.seq, Fence: true}, nil, nil)
+	apply(s, p, nil)
 	if !isServing(s) {
 		t.Fatal("not serving after its own fence applied")
 	}
@@ -58,8 +58,8 @@ func TestFencedGrantAnsweredAsDropped(t *testing.T) {
 	s.mu.Lock()
 	ks := s.keys["k"]
 	s.mu.Unlock()
-	if ks != nil && (ks.token != 0 || ks.granting != nil || ks.head != nil) {
-		t.Fatalf("the fenced grant left state behind: token %d granting %v head %v", ks.token, ks.granting, ks.head)
+	if ks != nil && (ks.slot != noSlot || ks.granting != nil || ks.head != nil) {
+		t.Fatalf("the fenced grant left state behind: slot %d granting %v head %v", ks.slot, ks.granting, ks.head)
 	}
 	// A fence to claim the table back, and nothing else.
 	if f, cmds := take(t, s); !f.fence || len(cmds) != 0 {
@@ -76,6 +76,7 @@ func TestFencedBatchEndsServing(t *testing.T) {
 	grantTo(t, s, cs, "k", "")
 	request(t, s, cs, "R k 1025")
 	p, cmds := take(t, s)
+	applyUnseen(s, entryOf(s.node.proposerID+1, 1, true)) // the fence this node has not seen yet
 	apply(s, p, cmds, sm.Result{Code: sm.Fenced})
 	if got := answers(cs); len(got) != 1 || got[0] != "R k ERR unavailable leadership is changing or unknown, retry" {
 		t.Fatalf("answers %q, want one ERR unavailable", got)
@@ -114,7 +115,7 @@ func TestNothingProposedUnlessLeading(t *testing.T) {
 	s := testShard(t)
 	s.mu.Lock()
 	s.pending.Append(sm.Command{Op: sm.OpRelease, Key: []byte("k"), Token: 1025})
-	s.origins = append(s.origins, origin{kind: originInternal, ks: s.addKey("k"), token: 1025})
+	s.origins = append(s.origins, origin{kind: originInternal, ks: s.addKey([]byte("k")), token: 1025})
 	s.serving, s.needFence, s.leaderID = false, true, 2
 	s.mu.Unlock()
 	nothingProposed(t, s, "by a follower")

@@ -58,28 +58,38 @@ func (w *waiter) live() bool {
 	return w.state == waitQueued || w.state == waitGranting || w.state == waitRegranting
 }
 
-// keyState is the shard's view of one key: the committed holder (kept on
-// every replica) and, on the leader, the queue and what is in flight.
-// A key has a keyState only while it is held, has waiters or has commands
-// in flight, so the map stays as small as the working set.
+// keyState is the shard's working state of one busy key: its queue of
+// waiters and its commands in flight (on the leader). The committed holder
+// is not here but in the table (slot names its row, which the Table holds
+// on every replica), and its lease deadline is the shard's leases'. A key
+// has a keyState only while it has waiters or commands in flight (and, held,
+// for a while after: busy.go), so the map of them stays as small as the
+// working set: a key that is only held costs the table's row and a lease
+// deadline, nothing more.
 type keyState struct {
-	key      string
-	token    uint64 // committed holder's token; 0 when free
-	deadline int64  // local monotonic deadline of the holder's lease
-	leaseMs  uint32 // committed holder's lease
-	inflight int32  // commands proposed for this key and not applied yet
-	// extending: Extends of token proposed and not applied yet. The lease
-	// does not run out under them (leaseDue), or the Expire would apply
-	// after an Extend that was answered OK.
+	key string
+	// slot is the table's row of the committed holder, noSlot when the key
+	// is free: kept from the results the shard has handled, so that it is
+	// the holder as of the last Applied, like the rest of the view.
+	slot     int32
+	inflight int32 // commands proposed for this key and not applied yet
+	// extending: Extends of the holder's token proposed and not applied
+	// yet. The lease does not run out under them (leaseDue), or the Expire
+	// would apply after an Extend that was answered OK.
 	extending int32
 	deferred  int32 // waitDeferred waiters in the queue
 	queued    int32 // waiters in the queue, deferred ones too
-	leaseIdx  int32 // position in the shard's lease heap, or notInHeap
-	expiring  bool  // an Expire for token is in flight
-	granting  *waiter
-	head      *waiter
-	tail      *waiter
+	expiring  bool  // an Expire for the holder's token is in flight
+	// parked: idle, but kept in the shard's ring of parked keyStates
+	// (busy.go), because the key is held.
+	parked   bool
+	granting *waiter
+	head     *waiter
+	tail     *waiter
 }
+
+// noSlot is the slot of a free key.
+const noSlot = -1
 
 // enqueue appends w to the key's FIFO queue.
 func (ks *keyState) enqueue(w *waiter) {
@@ -164,8 +174,8 @@ func (ks *keyState) hasLiveWaiter(cs *connState) bool {
 	return false
 }
 
-// idle reports whether nothing refers to the key any more, so that its
-// state can be dropped.
+// idle reports whether the key has nothing in flight and nobody waiting,
+// so that its state can be dropped (whether it is held is the table's).
 func (ks *keyState) idle() bool {
-	return ks.token == 0 && ks.head == nil && ks.inflight == 0 && ks.granting == nil
+	return ks.head == nil && ks.inflight == 0 && ks.granting == nil
 }

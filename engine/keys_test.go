@@ -67,7 +67,7 @@ func TestIdle(t *testing.T) {
 		want bool
 	}{
 		{"free and empty", keyState{}, true},
-		{"held", keyState{token: 7}, false},
+		{"held, nothing else (the holder is the table's)", keyState{slot: 7}, true},
 		{"command in flight", keyState{inflight: 1}, false},
 		{"grant in flight", keyState{granting: &waiter{}}, false},
 		{"waiters", keyState{head: &waiter{}}, false},

@@ -42,15 +42,13 @@ func (s *shard) startServing(now int64) {
 	}
 	s.serving = true
 	if s.node.tracing {
-		s.trace("serving", "keys", len(s.keys))
+		s.trace("serving", "held", s.table.Len(), "busy", len(s.keys))
 	}
 	// Holders could not extend while no leader existed, so the new leader
 	// does not charge them for that time: every lease starts afresh.
 	// Waiters parked while nobody led are served again.
+	s.table.Each(func(slot uint32) { s.setDeadline(slot, s.table.LeaseMs(slot), now) })
 	for _, ks := range s.keys {
-		if ks.token != 0 {
-			s.setDeadline(ks, now)
-		}
 		s.regrantParked(ks)
 		s.grantHead(ks)
 	}
@@ -140,32 +138,26 @@ func (s *shard) dropPending() {
 	}
 }
 
-// reset replaces the committed view of the shard with the table as loaded
-// (a snapshot recovery, or the start). Everything else keeps pointing at
-// the keyStates it knows: proposals in flight, batched origins, waiters and
-// their timers. So the keyStates are updated in place rather than replaced,
-// and each leaves the lease heap through clear, which keeps the heap's
-// indexes true; a key the new table does not hold just becomes free.
-func (s *shard) reset(each func(func(sm.Lock))) {
+// reset replaces the committed view of the shard with the table t as
+// loaded (a snapshot recovery, or the start). The state machine calls it
+// (Node.Reset) with s.mu held, as it swapped the table. Everything else
+// keeps pointing at the keyStates it knows: proposals in flight, batched
+// origins, waiters and their timers. So the keyStates are updated in place
+// rather than replaced, each finding its holder in the new table (a key it
+// does not hold just becomes free); the lease deadlines, which were by the
+// old table's slots, start afresh for every lock of the new one.
+func (s *shard) reset(t sm.Table) {
 	now := monoNow()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.table = t
+	s.leases.reset(t.Slots())
 	for _, ks := range s.keys {
-		ks.token, ks.leaseMs, ks.deadline, ks.expiring = 0, 0, 0, false
-		s.leases.clear(ks)
-	}
-	clear(s.owners)
-	held := 0
-	each(func(l sm.Lock) {
-		ks := s.keys[string(l.Key)]
-		if ks == nil {
-			ks = s.addKey(string(l.Key))
+		ks.slot, ks.expiring = noSlot, false
+		if slot, held := t.Find(bytesOf(ks.key)); held {
+			ks.slot = int32(slot)
 		}
-		ks.token, ks.leaseMs = l.Token, l.LeaseMs
-		s.setOwner(ks, l.Owner)
-		s.setDeadline(ks, now)
-		held++
-	})
+	}
+	t.Each(func(slot uint32) { s.setDeadline(slot, t.LeaseMs(slot), now) })
+	held := t.Len()
 	s.stats.held.Store(int64(held))
 	// Once per shard at start, and once per snapshot recovery: rare.
 	s.node.log.Info("shard table loaded", "shard", s.id, "locks", held)

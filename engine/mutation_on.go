@@ -16,10 +16,12 @@ const mutationEarlyExpiry = "early-expiry"
 // earlyExpiry is whether this process plants the bug, read once.
 var earlyExpiry = os.Getenv("BATON_MUTATION") == mutationEarlyExpiry
 
-// plantedDeadline is called by setDeadline once it has set ks.deadline
-// from now: with the bug planted, the lease is cut to half.
-func plantedDeadline(ks *keyState, now int64) {
+// plantedDeadline is called by setDeadline with the deadline d of a lease
+// of leaseMs from now, and returns the deadline to keep: with the bug
+// planted, the lease is cut to half.
+func plantedDeadline(d int64, leaseMs uint32, now int64) int64 {
 	if earlyExpiry {
-		ks.deadline = now + msToNanos(ks.leaseMs)/2
+		return now + msToNanos(leaseMs)/2
 	}
+	return d
 }

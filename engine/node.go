@@ -12,6 +12,23 @@
 // shard updates its view of the table and, on the node that proposed the
 // entry, answers the requesters.
 //
+// The shard's view of the table is the table itself: one index of held keys
+// per shard, the state machine's (statemachine.Table), which the shard reads
+// under its mu. The state machine changes the table only with that mu held
+// (Node.Locker), from the change of each entry to the end of its Applied,
+// so the shard never sees a change it has not been told of, nor is told of
+// one it cannot see. What the engine adds per held key is its lease
+// deadline, by the table's slot (leases.go: 12 bytes, and 4 in the heap on
+// the leader); the working state of a key (keys.go: its queue of waiters,
+// its commands in flight) exists only while the key is busy, and for a
+// while after if it is held (at most 4,096 such per shard: busy.go).
+// Followers keep the committed holders too (they are the table) and their
+// deadlines, from which a new leader restarts every lease (startServing).
+//
+// Lock order: proposeMu, then shard.mu, then the state machine's own table
+// lock (statemachine's onDisk.mu, which Update takes inside shard.mu), then
+// a connState's mu.
+//
 // A shard serves (leadership.go) while this node leads it and holds its
 // fence: a new leader proposes a fence and serves once it applies, and
 // stops when another node's fence applies or a batch of its own comes back
@@ -317,9 +334,13 @@ func (n *Node) shardFor(key []byte) *shard {
 
 // ---- Raft and state machine callbacks ----
 
+// Locker implements statemachine.Observer: the shard's mu guards the
+// table the engine reads (shard.table).
+func (n *Node) Locker(shardID uint64) sync.Locker { return &n.shards[shardID-1].mu }
+
 // Reset implements statemachine.Observer.
-func (n *Node) Reset(shardID uint64, each func(func(sm.Lock))) {
-	n.shards[shardID-1].reset(each)
+func (n *Node) Reset(shardID uint64, t sm.Table) {
+	n.shards[shardID-1].reset(t)
 }
 
 // Applied implements statemachine.Observer.

@@ -10,11 +10,10 @@ import (
 // Outcomes: what an applied entry changes in the shard's view, on every
 // replica, and the answers on the node that proposed it.
 
-// applied processes one applied entry in log order.
+// applied processes one applied entry in log order. The state machine
+// calls it (Node.Applied) with s.mu held, as it changed the table.
 func (s *shard) applied(h sm.Header, cmds []sm.Command, results []sm.Result) {
 	now := monoNow()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var p *proposal
 	if h.Proposer == s.node.proposerID {
 		p = s.match(h.Seq)
@@ -84,26 +83,21 @@ func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, n
 	} else {
 		ks = s.keys[string(c.Key)]
 	}
-	// The committed view, kept on every replica.
+	// The committed view, kept on every replica: the holder is the
+	// table's, its lease deadline the shard's.
 	switch res.Code {
 	case sm.Granted:
-		if ks == nil {
-			ks = s.addKey(string(c.Key))
+		if ks != nil {
+			ks.slot, ks.expiring = int32(res.Slot), false
 		}
-		ks.token, ks.leaseMs, ks.expiring = res.Token, c.LeaseMs, false
-		s.setOwner(ks, c.Owner)
-		s.setDeadline(ks, now)
+		s.setDeadline(res.Slot, c.LeaseMs, now)
 	case sm.Released, sm.Expired:
 		if ks != nil {
-			ks.token, ks.deadline, ks.expiring = 0, 0, false
-			s.leases.clear(ks)
-			s.clearOwner(ks)
+			ks.slot, ks.expiring = noSlot, false
 		}
+		s.leases.clear(res.Slot)
 	case sm.Extended:
-		if ks != nil {
-			ks.leaseMs = c.LeaseMs
-			s.setDeadline(ks, now)
-		}
+		s.setDeadline(res.Slot, c.LeaseMs, now)
 	}
 	if ks == nil {
 		return
@@ -124,11 +118,10 @@ func (s *shard) settle(o *origin) {
 		return
 	}
 	ks.extending--
-	if ks.extending == 0 && s.serving && ks.token != 0 && !ks.expiring && ks.leaseIdx == notInHeap {
+	if ks.extending == 0 && s.serving && s.holderToken(ks) != 0 && !ks.expiring && !s.leases.armed(uint32(ks.slot)) {
 		// A lease that ran out under the Extend is looked at again (an
 		// Extend that applied sets a fresh deadline right after).
-		s.leases.set(ks)
-		s.timerMayBeEarlier(ks.deadline)
+		s.armLease(uint32(ks.slot))
 	}
 }
 

@@ -22,38 +22,22 @@ import (
 //   - Disconnect: as without owners; a grant that lands for nobody is
 //     released, unless another acquire of the owner took it.
 //
-// The committed owner of each held key is in s.owners, which has entries
-// only for grants that have an owner: a lock without one costs nothing more.
+// The committed owner of each held key is the table's (statemachine keeps
+// it with the grant), read through the key's slot.
 
-// ownerOf is the owner of the key's committed grant, "" when it has none.
+// ownerOf is the owner of the key's committed grant, "" when it is free or
+// its grant has none.
 func (s *shard) ownerOf(ks *keyState) string {
-	if len(s.owners) == 0 {
+	if s.holderToken(ks) == 0 {
 		return ""
 	}
-	return s.owners[ks.key]
-}
-
-// setOwner records the owner of the grant just applied to ks.
-func (s *shard) setOwner(ks *keyState, owner []byte) {
-	switch {
-	case len(owner) > 0:
-		s.owners[ks.key] = string(owner)
-	case len(s.owners) > 0:
-		delete(s.owners, ks.key)
-	}
-}
-
-// clearOwner forgets the owner of a grant that ended.
-func (s *shard) clearOwner(ks *keyState) {
-	if len(s.owners) > 0 {
-		delete(s.owners, ks.key)
-	}
+	return s.table.Owner(uint32(ks.slot))
 }
 
 // isRetry reports whether an acquire with owner is a retry of the grant
 // that holds ks.
 func (s *shard) isRetry(ks *keyState, owner []byte) bool {
-	return len(owner) > 0 && ks.token != 0 && s.ownerOf(ks) == string(owner)
+	return len(owner) > 0 && s.ownerOf(ks) == string(owner)
 }
 
 // regrant proposes the Grant of a retry. w is the acquire, in the queue
@@ -105,10 +89,10 @@ func (s *shard) regranted(w *waiter, res sm.Result, failed bool, now int64) {
 // the queue before their Grant was proposed (dropPending), once this node
 // serves again and their owner still holds the key.
 func (s *shard) regrantParked(ks *keyState) {
-	if ks.token == 0 || len(s.owners) == 0 {
+	owner := s.ownerOf(ks)
+	if owner == "" {
 		return
 	}
-	owner := s.ownerOf(ks)
 	for w := ks.head; w != nil; w = w.next {
 		if w.state == waitQueued && w.owner != "" && w.owner == owner {
 			s.regrant(ks, w)

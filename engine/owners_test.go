@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -8,7 +9,8 @@ import (
 	sm "github.com/baton-dev/baton/statemachine"
 )
 
-// grantTo makes cs the holder of k with owner (none when ""), token 1025.
+// grantTo makes cs the holder of k with owner (none when ""): with the
+// table's next token, 1025 for the first grant of a test's shard.
 func grantTo(t *testing.T, s *shard, cs *connState, k, owner string) {
 	t.Helper()
 	line := "A " + k + " 10000 0"
@@ -21,8 +23,9 @@ func grantTo(t *testing.T, s *shard, cs *connState, k, owner string) {
 		t.Fatalf("Grant proposed with owner %q, want %q", cmds[0].Owner, owner)
 	}
 	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
-	if got := answers(cs); len(got) != 1 || got[0] != "A "+k+" OK 1025" {
-		t.Fatalf("grant answered %q", got)
+	tok, _ := holderOf(s, k)
+	if got := answers(cs); len(got) != 1 || got[0] != fmt.Sprint("A ", k, " OK ", tok) {
+		t.Fatalf("grant answered %q, the table holds token %d", got, tok)
 	}
 }
 
@@ -35,7 +38,7 @@ func TestRetryOfHolderGetsItsGrant(t *testing.T) {
 			s := testShard(t)
 			grantTo(t, s, newConn(), "k", "o1")
 			request(t, s, newConn(), "A k 10000 0 other") // queued
-			deadline := s.keys["k"].deadline
+			_, deadline := holderOf(s, "k")
 			retry := newConn()
 			request(t, s, retry, "A k 10000 "+wait+" o1")
 			p, cmds := take(t, s)
@@ -46,8 +49,8 @@ func TestRetryOfHolderGetsItsGrant(t *testing.T) {
 			if got := answers(retry); len(got) != 1 || got[0] != "A k OK 1025" {
 				t.Fatalf("retry answered %q", got)
 			}
-			if ks := s.keys["k"]; ks.token != 1025 || ks.deadline != deadline {
-				t.Fatalf("token %d deadline moved by %v: a retry must change nothing", ks.token, time.Duration(ks.deadline-deadline))
+			if tok, d := holderOf(s, "k"); tok != 1025 || d != deadline {
+				t.Fatalf("token %d deadline moved by %v: a retry must change nothing", tok, time.Duration(d-deadline))
 			}
 		})
 	}
@@ -61,6 +64,12 @@ func TestRetryOfLostGrantQueues(t *testing.T) {
 	retry := newConn()
 	request(t, s, retry, "A k 10000 0 o1")
 	p, cmds := take(t, s)
+	// Before the retry's Grant applies, o1's grant ends and o2 takes the
+	// key, in an entry of another node (this one was deposed meanwhile).
+	applyEntry(s, entryOf(s.node.proposerID+1, 1, false,
+		sm.Command{Op: sm.OpRelease, Key: []byte("k")},
+		sm.Command{Op: sm.OpGrant, Key: []byte("k"), LeaseMs: 10000, Owner: []byte("o2")}),
+		sm.Result{Code: sm.Released}, sm.Result{Code: sm.Granted})
 	apply(s, p, cmds, sm.Result{Code: sm.GrantRejected})
 	if got := answers(retry); got != nil {
 		t.Fatalf("rejected retry answered %q, want it to wait", got)

@@ -74,10 +74,11 @@ func (s *shard) badRequest(cs *connState, r *codec.Request, perr *codec.ParseErr
 func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 	ks := s.keys[string(r.Key)]
 	if ks == nil {
-		ks = s.addKey(string(r.Key))
+		ks = s.addKey(r.Key)
 	}
 	retry := s.isRetry(ks, r.Owner)
-	if r.WaitMs == codec.WaitNone && !retry && (ks.token != 0 || ks.granting != nil) {
+	held := s.holderToken(ks) != 0
+	if r.WaitMs == codec.WaitNone && !retry && (held || ks.granting != nil) {
 		if ks.hasLiveWaiter(cs) {
 			s.deferAnswer(cs, ks, nil)
 		} else {
@@ -86,7 +87,7 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		s.forgetIfIdle(ks)
 		return
 	}
-	if (retry || ks.token == 0 && ks.granting == nil && ks.firstQueued() == nil) && s.batchFull() {
+	if (retry || !held && ks.granting == nil && ks.firstQueued() == nil) && s.batchFull() {
 		// It would be granted at once, by a command the batch has no room
 		// for. (An acquire that queues adds no command, and a connection's
 		// earlier acquire of the key means it queues: the order of
@@ -173,7 +174,8 @@ func (s *shard) keyFull(ks *keyState, owner []byte) bool {
 func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 	ks := s.keys[string(r.Key)]
 	if ks == nil {
-		if !s.node.clustered() {
+		slot, held := s.table.Find(r.Key)
+		if !held && !s.node.clustered() {
 			// Nothing holds the key and nothing is in flight for it, and a
 			// single node cannot have lost its leadership: the answer is
 			// certain without a round through Raft.
@@ -186,7 +188,7 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 		// leader may have granted the key meanwhile. Through Raft, the
 		// answer is NOTHELD only if the committed table says so, and a
 		// deposed leader's proposal fails (MOVED).
-		ks = s.addKey(string(r.Key))
+		ks = s.addFound(r.Key, slot, held)
 	}
 	o := origin{kind: originClient, op: r.Op, ks: ks, cs: cs}
 	if r.Op == codec.OpRelease {
@@ -194,7 +196,7 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 		s.handOff(ks)
 		return
 	}
-	if r.Token == ks.token && ks.token != 0 {
+	if tok := s.holderToken(ks); r.Token == tok && tok != 0 {
 		o.extends = true
 		ks.extending++
 	}
@@ -202,19 +204,19 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 }
 
 func (s *shard) query(cs *connState, key []byte, now int64) {
-	ks := s.keys[string(key)]
-	if ks == nil || ks.token == 0 {
+	slot, held := s.table.Find(key)
+	if !held {
 		send(cs, codec.OpQuery, key, codec.StatusFree)
 		return
 	}
-	remaining := ks.deadline - now
+	remaining := s.leases.deadlineOf(slot) - now
 	if remaining < 0 {
 		remaining = 0
 	}
 	cs.send(&codec.Response{
-		Op: codec.OpQuery, Key: key, Status: codec.StatusHeld, Token: ks.token,
+		Op: codec.OpQuery, Key: key, Status: codec.StatusHeld, Token: s.table.Token(slot),
 		RemainingMs: uint64((remaining + int64(time.Millisecond) - 1) / int64(time.Millisecond)),
-		Owner:       bytesOf(s.ownerOf(ks)),
+		Owner:       bytesOf(s.table.Owner(slot)),
 	})
 }
 

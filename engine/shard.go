@@ -50,22 +50,31 @@ type proposal struct {
 // (requests), the apply goroutine (Applied), the timer goroutine and the
 // proposer take in turn; none of them blocks while holding it.
 //
-// Lock order: proposeMu, then mu, then a connState's mu.
+// Lock order: proposeMu, then mu, then the state machine's table lock
+// (Update takes it inside mu, which it holds for the observer: Node.Locker),
+// then a connState's mu.
 type shard struct {
 	id   uint64
 	node *Node
 
-	mu        sync.Mutex
-	keys      map[string]*keyState
-	owners    map[string]string // key -> owner of its committed grant, for grants with one (owners.go)
-	leases    deadlineHeap[*keyState]
-	waits     deadlineHeap[*waiter]
-	pending   sm.Batch
-	origins   []origin
-	inflight  []*proposal
-	seq       uint64
-	trailing  map[uint32][]trailingAnswer // answers held back behind an R or K in flight (order.go)
-	nextTrail uint32
+	mu sync.Mutex
+	// table is the shard's committed lock table, the state machine's
+	// (statemachine.Table), read under mu: the state machine changes it
+	// only with mu held (Node.Locker), and tells of each change (applied)
+	// before it lets go. keys has the working state of the keys that are
+	// busy; leases the deadline of every held key, by the table's slot.
+	table      sm.Table
+	keys       map[string]*keyState
+	parked     []*keyState // idle keyStates of held keys, a ring (busy.go)
+	parkedNext int         // the oldest in parked, once it is full
+	leases     leases
+	waits      deadlineHeap[*waiter]
+	pending    sm.Batch
+	origins    []origin
+	inflight   []*proposal
+	seq        uint64
+	trailing   map[uint32][]trailingAnswer // answers held back behind an R or K in flight (order.go)
+	nextTrail  uint32
 
 	// inflightCmds: the commands of the proposals in inflight, which with
 	// those of pending is what MaxPendingCommands bounds.
@@ -103,7 +112,6 @@ func newShard(n *Node, id uint64) *shard {
 		id:        id,
 		node:      n,
 		keys:      make(map[string]*keyState),
-		owners:    make(map[string]string),
 		kick:      make(chan struct{}, 1),
 		timerKick: make(chan struct{}, 1),
 		readKick:  make(chan struct{}, 1),
@@ -123,6 +131,16 @@ var epoch = time.Now()
 func monoNow() int64 { return int64(time.Since(epoch)) }
 
 func msToNanos(ms uint32) int64 { return int64(ms) * int64(time.Millisecond) }
+
+// holderToken is the token of ks's committed holder, 0 when the key is
+// free. While an entry's Applied runs, the table is already at the entry's
+// end: a row that a later command of the entry frees reads as free.
+func (s *shard) holderToken(ks *keyState) uint64 {
+	if ks.slot == noSlot || !s.table.Held(uint32(ks.slot)) {
+		return 0
+	}
+	return s.table.Token(uint32(ks.slot))
+}
 
 // bytesOf views a key string as bytes without copying, for formatting only.
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }

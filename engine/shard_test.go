@@ -11,8 +11,8 @@ import (
 )
 
 // These tests drive one shard without Raft: they take what it would propose,
-// decode it, and feed chosen outcomes back through applied, the way the
-// state machine does. They cover the paths a live node rarely takes: dropped
+// decode it, and apply it to the shard's table, which tells the shard the
+// way it does in a node (harness_test.go). They cover the paths a live node rarely takes: dropped
 // and timed-out proposals, abandoned grants, deferred answers.
 
 // fakeConn is a transport that writes nothing: answers stay in cs.out,
@@ -40,6 +40,7 @@ func limitedShard(t *testing.T, l Limits) *shard {
 	s := newShard(n, 1)
 	s.leaderID, s.serving = 1, true
 	n.shards = []*shard{s}
+	attachTable(t, s)
 	return s
 }
 
@@ -88,11 +89,6 @@ func take(t *testing.T, s *shard) (*proposal, []sm.Command) {
 		t.Fatalf("decode proposal: %v (seq %d, want %d)", err, h.Seq, p.seq)
 	}
 	return p, cmds
-}
-
-// apply feeds outcomes for p's commands back, as the state machine would.
-func apply(s *shard, p *proposal, cmds []sm.Command, results ...sm.Result) {
-	s.applied(sm.Header{Proposer: s.node.proposerID, Seq: p.seq}, cmds, results)
 }
 
 func TestGrantAnsweredOnce(t *testing.T) {
@@ -300,15 +296,6 @@ func lateGrantReleased(t *testing.T, s *shard, p *proposal, cmds []sm.Command, c
 	}
 }
 
-// locks is an Observer.Reset iterator over a fixed table.
-func locks(ls ...sm.Lock) func(func(sm.Lock)) {
-	return func(fn func(sm.Lock)) {
-		for _, l := range ls {
-			fn(l)
-		}
-	}
-}
-
 // A snapshot recovery swaps the committed view while proposals, waiters and
 // lease timers still point at the shard's keys: outcomes that arrive after
 // it must find consistent state (before, an outcome indexed the new, empty
@@ -328,11 +315,11 @@ func TestResetKeepsInFlightStateConsistent(t *testing.T) {
 
 	// The recovered table: a is still held, b was freed meanwhile, c is
 	// held under a newer grant, d is new.
-	s.reset(locks(
+	recoverTable(t, s,
 		sm.Lock{Key: []byte("a"), Token: 1025, LeaseMs: 10000},
 		sm.Lock{Key: []byte("c"), Token: 9217, LeaseMs: 10000},
-		sm.Lock{Key: []byte("d"), Token: 9218, LeaseMs: 10000},
-	))
+		sm.Lock{Key: []byte("d"), Token: 10241, LeaseMs: 10000},
+	)
 	apply(s, p, cmds, sm.Result{Code: sm.Released, Token: 1025})
 	if got := answers(releaser); len(got) != 1 || got[0] != "R a OK" {
 		t.Fatalf("release answered %q", got)
@@ -342,23 +329,29 @@ func TestResetKeepsInFlightStateConsistent(t *testing.T) {
 	if len(gcmds) != 1 || gcmds[0].Op != sm.OpGrant || string(gcmds[0].Key) != "b" {
 		t.Fatalf("proposed %+v, want the Grant of b for its waiter", gcmds)
 	}
-	apply(s, g, gcmds, sm.Result{Code: sm.Granted, Token: 9219})
-	if got := answers(waiter); len(got) != 1 || got[0] != "A b OK 9219" {
+	apply(s, g, gcmds, sm.Result{Code: sm.Granted, Token: 11265})
+	if got := answers(waiter); len(got) != 1 || got[0] != "A b OK 11265" {
 		t.Fatalf("waiter answered %q", got)
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	want := map[string]uint64{"b": 9219, "c": 9217, "d": 9218}
-	if len(s.keys) != len(want) || s.leases.Len() != len(want) {
-		t.Fatalf("%d keys and %d leases, want %d of each", len(s.keys), s.leases.Len(), len(want))
+	want := map[string]uint64{"b": 11265, "c": 9217, "d": 10241}
+	if s.table.Len() != len(want) || s.leases.Len() != len(want) {
+		t.Fatalf("%d held and %d leases, want %d of each", s.table.Len(), s.leases.Len(), len(want))
+	}
+	for k, ks := range s.keys {
+		slot, held := s.table.Find([]byte(k))
+		if _, ok := want[k]; !ok || !held || ks.slot != int32(slot) {
+			t.Fatalf("key %s has working state for slot %d; held %v, slot %d, want %v", k, ks.slot, held, slot, ok)
+		}
 	}
 	for k, tok := range want {
-		ks := s.keys[k]
-		if ks == nil || ks.token != tok {
-			t.Fatalf("key %s: %+v, want token %d", k, ks, tok)
+		slot, held := s.table.Find([]byte(k))
+		if !held || s.table.Token(slot) != tok {
+			t.Fatalf("key %s: held %v, want token %d", k, held, tok)
 		}
-		if i := ks.leaseIdx; i < 0 || int(i) >= s.leases.Len() || s.leases[i] != ks {
+		if i := s.leases.pos[slot]; i < 0 || int(i) >= s.leases.Len() || s.leases.heap[i] != slot {
 			t.Fatalf("key %s: lease heap index %d does not point at it", k, i)
 		}
 	}
@@ -438,22 +431,20 @@ func TestExpireHeldBackByExtendInFlight(t *testing.T) {
 	}
 }
 
-// When the Extend that held an Expire back does not apply (NOTHELD, or
-// dropped), the lease that ran out is expired after all.
+// When the Extend that held an Expire back does not apply (dropped), the
+// lease that ran out is expired after all. (An Extend of the holder's token
+// that applies NOTHELD is one the view could not have proposed: the view is
+// the table.)
 func TestExpireAfterExtendFails(t *testing.T) {
-	for _, outcome := range []string{"dropped", "failed"} {
+	for _, outcome := range []string{"dropped"} {
 		t.Run(outcome, func(t *testing.T) {
 			s, holder := shortLease(t)
 			request(t, s, holder, "K k 1025 60000")
 			ext, extCmds := take(t, s)
 			time.Sleep(2 * time.Millisecond)
 			s.fireTimers(monoNow())
-			switch outcome {
-			case "dropped":
-				dropReported(t, s, ext)
-			case "failed":
-				apply(s, ext, extCmds, sm.Result{Code: sm.NotHeld})
-			}
+			_ = extCmds
+			dropReported(t, s, ext)
 			s.fireTimers(monoNow())
 			_, cmds := take(t, s)
 			if len(cmds) != 1 || cmds[0].Op != sm.OpExpire || cmds[0].Token != 1025 {
@@ -476,8 +467,8 @@ func TestDroppedExpireKeepsRenewedLease(t *testing.T) {
 	if len(cmds) != 1 || cmds[0].Op != sm.OpExpire {
 		t.Fatalf("proposed %+v, want the Expire", cmds)
 	}
-	renew := []sm.Command{{Op: sm.OpExtend, Key: []byte("k"), Token: 1025, LeaseMs: 60000}}
-	s.applied(sm.Header{Proposer: s.node.proposerID + 1, Seq: 1}, renew, []sm.Result{{Code: sm.Extended}})
+	renew := sm.Command{Op: sm.OpExtend, Key: []byte("k"), Token: 1025, LeaseMs: 60000}
+	applyEntry(s, entryOf(s.node.proposerID+1, 1, false, renew), sm.Result{Code: sm.Extended})
 	dropReported(t, s, expire)
 	time.Sleep(2 * dropRetry)
 	s.fireTimers(monoNow())
@@ -513,7 +504,6 @@ func nothingProposed(t *testing.T, s *shard, why string) {
 
 // leaseLeft is how long k's lease still runs in s's view.
 func leaseLeft(s *shard) time.Duration {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return time.Duration(s.keys["k"].deadline - monoNow())
+	_, deadline := holderOf(s, "k")
+	return time.Duration(deadline - monoNow())
 }

@@ -9,10 +9,10 @@ import (
 )
 
 // The shard keeps two min-heaps of deadlines: one entry per held key (its
-// lease) and one per waiter with a finite wait. Each item knows its position,
-// so a freed key or an answered waiter leaves its heap at once: timer memory
-// is exactly proportional to what is held and waiting, never to what was
-// released during the last lease period.
+// lease: leases.go) and one per waiter with a finite wait (here). Each item
+// knows its position, so a freed key or an answered waiter leaves its heap
+// at once: timer memory is exactly proportional to what is held and
+// waiting, never to what was released during the last lease period.
 
 // notInHeap marks an item that is in no heap.
 const notInHeap = -1
@@ -25,10 +25,8 @@ type timed interface {
 	heapIndex() *int32
 }
 
-func (ks *keyState) due() int64        { return ks.deadline }
-func (ks *keyState) heapIndex() *int32 { return &ks.leaseIdx }
-func (w *waiter) due() int64           { return w.waitUntil }
-func (w *waiter) heapIndex() *int32    { return &w.waitIdx }
+func (w *waiter) due() int64        { return w.waitUntil }
+func (w *waiter) heapIndex() *int32 { return &w.waitIdx }
 
 // deadlineHeap is a min-heap on due(), with removal of any item.
 type deadlineHeap[T timed] []T
@@ -91,7 +89,7 @@ func (h deadlineHeap[T]) next() (int64, bool) {
 }
 
 // nextDeadline returns the earliest deadline of either heap.
-func nextDeadline(l deadlineHeap[*keyState], w deadlineHeap[*waiter]) (int64, bool) {
+func nextDeadline(l *leases, w deadlineHeap[*waiter]) (int64, bool) {
 	a, okA := l.next()
 	b, okB := w.next()
 	switch {
@@ -105,18 +103,19 @@ func nextDeadline(l deadlineHeap[*keyState], w deadlineHeap[*waiter]) (int64, bo
 
 // ---- the shard's lease and wait timers ----
 
-// setDeadline starts the holder's lease afresh from now.
+// setDeadline starts the lease of the holder in slot, of leaseMs, afresh
+// from now.
 //
 // Only the serving leader arms the lease timer: a follower's deadlines are
 // restarted by startServing when it takes over, so keeping a heap of them
 // would cost every follower a heap update per command for nothing. A key
 // still armed from an earlier term is moved, to keep the heap ordered.
-func (s *shard) setDeadline(ks *keyState, now int64) {
-	ks.deadline = now + msToNanos(ks.leaseMs)
-	plantedDeadline(ks, now) // the chaos run's planted bug; a no-op without -tags chaosmutation
-	if s.serving || ks.leaseIdx != notInHeap {
-		s.leases.set(ks)
-		s.timerMayBeEarlier(ks.deadline)
+func (s *shard) setDeadline(slot uint32, leaseMs uint32, now int64) {
+	d := plantedDeadline(now+msToNanos(leaseMs), leaseMs, now) // the chaos run's planted bug; a no-op without -tags chaosmutation
+	s.leases.setDeadline(slot, d)
+	if s.serving || s.leases.armed(slot) {
+		s.leases.arm(slot)
+		s.timerMayBeEarlier(d)
 	}
 }
 
@@ -124,16 +123,22 @@ func (s *shard) setDeadline(ks *keyState, now int64) {
 // apply, so that the lease is looked at again.
 func (s *shard) expireFailed(ks *keyState) {
 	ks.expiring = false
-	if ks.token != 0 {
-		s.leases.set(ks)
-		s.timerMayBeEarlier(ks.deadline)
+	if s.holderToken(ks) != 0 {
+		s.armLease(uint32(ks.slot))
 	}
+}
+
+// armLease puts the lease of the holder in slot on the timer, at the
+// deadline it has.
+func (s *shard) armLease(slot uint32) {
+	s.leases.arm(slot)
+	s.timerMayBeEarlier(s.leases.deadlineOf(slot))
 }
 
 // timerMayBeEarlier wakes the timer goroutine if when may come before the
 // deadline it sleeps towards.
 func (s *shard) timerMayBeEarlier(when int64) {
-	if next, _ := nextDeadline(s.leases, s.waits); when > next {
+	if next, _ := nextDeadline(&s.leases, s.waits); when > next {
 		return
 	}
 	select {
@@ -146,14 +151,14 @@ func (s *shard) timerMayBeEarlier(when int64) {
 func (s *shard) fireTimers(now int64) (next int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for ks, ok := s.leases.popDue(now); ok; ks, ok = s.leases.popDue(now) {
-		s.leaseDue(ks, now)
+	for slot, ok := s.leases.popDue(now); ok; slot, ok = s.leases.popDue(now) {
+		s.leaseDue(slot, now)
 	}
 	for w, ok := s.waits.popDue(now); ok; w, ok = s.waits.popDue(now) {
 		s.waitDue(w)
 	}
 	s.kickIfPending()
-	return nextDeadline(s.leases, s.waits)
+	return nextDeadline(&s.leases, s.waits)
 }
 
 // leaseDue proposes Expire for a lease that ran out, with the next waiter's
@@ -164,15 +169,24 @@ func (s *shard) fireTimers(now int64) (next int64, ok bool) {
 // A holder's Extend in flight holds the Expire back: proposed behind it, the
 // Expire would apply after the Extend was answered OK, and end the lease it
 // had just renewed. settle re-arms the lease once no Extend is left.
-func (s *shard) leaseDue(ks *keyState, now int64) {
-	if !s.serving || ks.token == 0 || ks.expiring || ks.extending > 0 {
-		return // startServing re-arms every lease; an Expire or settle the rest
+func (s *shard) leaseDue(slot uint32, now int64) {
+	if !s.serving || !s.table.Held(slot) {
+		return // startServing re-arms every lease
 	}
+	key := s.table.Key(slot)
+	ks := s.keys[string(key)]
+	if ks == nil {
+		ks = s.addFound(key, slot, true)
+	}
+	if ks.expiring || ks.extending > 0 {
+		return // an Expire or settle re-arms it
+	}
+	tok := s.table.Token(slot)
 	ks.expiring = true
 	if s.node.tracing {
-		s.trace("lease ran out: Expire proposed", "key", ks.key, "token", ks.token, "late_ms", (now-ks.deadline)/1e6)
+		s.trace("lease ran out: Expire proposed", "key", ks.key, "token", tok, "late_ms", (now-s.leases.deadlineOf(slot))/1e6)
 	}
-	s.propose(sm.Command{Op: sm.OpExpire, Key: bytesOf(ks.key), Token: ks.token}, origin{kind: originInternal, ks: ks, token: ks.token})
+	s.propose(sm.Command{Op: sm.OpExpire, Key: bytesOf(ks.key), Token: tok}, origin{kind: originInternal, ks: ks, token: tok})
 	s.handOff(ks)
 }
 

@@ -8,48 +8,48 @@ import (
 
 func TestLeaseHeapOrdersSetsAndClears(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
-	var h deadlineHeap[*keyState]
-	keys := make([]*keyState, 500)
-	for i := range keys {
-		keys[i] = &keyState{leaseIdx: notInHeap, deadline: rng.Int63n(300)} // equal deadlines on purpose
-		h.set(keys[i])
+	var h leases
+	const n = 500
+	for slot := range uint32(n) {
+		h.setDeadline(slot, rng.Int63n(300)) // equal deadlines on purpose
+		h.arm(slot)
 	}
-	// Extend some leases (set again moves them), free others (clear).
-	live := map[*keyState]bool{}
-	for i, ks := range keys {
-		switch i % 3 {
+	// Extend some leases (arm again moves them), free others (clear).
+	live := map[uint32]bool{}
+	for slot := range uint32(n) {
+		switch slot % 3 {
 		case 0:
-			ks.deadline += rng.Int63n(300)
-			h.set(ks)
-			live[ks] = true
+			h.setDeadline(slot, h.deadlineOf(slot)+rng.Int63n(300))
+			h.arm(slot)
+			live[slot] = true
 		case 1:
-			h.clear(ks)
-			h.clear(ks) // twice is harmless
-			if ks.leaseIdx != notInHeap {
-				t.Fatal("cleared key still has a heap position")
+			h.clear(slot)
+			h.clear(slot) // twice is harmless
+			if h.armed(slot) {
+				t.Fatal("cleared slot still has a heap position")
 			}
 		default:
-			live[ks] = true
+			live[slot] = true
 		}
 	}
 	var want []int64
-	for ks := range live {
-		want = append(want, ks.deadline)
+	for slot := range live {
+		want = append(want, h.deadlineOf(slot))
 	}
 	sort.Slice(want, func(i, j int) bool { return want[i] < want[j] })
 	if h.Len() != len(want) {
-		t.Fatalf("heap holds %d keys, want %d", h.Len(), len(want))
+		t.Fatalf("heap holds %d slots, want %d", h.Len(), len(want))
 	}
 	if _, ok := h.popDue(want[0] - 1); ok {
-		t.Fatal("popDue returned a key before its deadline")
+		t.Fatal("popDue returned a slot before its deadline")
 	}
 	for i, w := range want {
-		ks, ok := h.popDue(1 << 62)
-		if !ok || ks.deadline != w {
-			t.Fatalf("pop %d: got %v, want deadline %d", i, ks, w)
+		slot, ok := h.popDue(1 << 62)
+		if !ok || h.deadlineOf(slot) != w {
+			t.Fatalf("pop %d: got %v, want deadline %d", i, slot, w)
 		}
-		if !live[ks] || ks.leaseIdx != notInHeap {
-			t.Fatalf("pop %d: a cleared key, or one still marked in the heap", i)
+		if !live[slot] || h.armed(slot) {
+			t.Fatalf("pop %d: a cleared slot, or one still marked in the heap", i)
 		}
 	}
 }
@@ -68,7 +68,7 @@ func TestWaitHeapClear(t *testing.T) {
 	if got, ok := h.popDue(25); ok {
 		t.Fatalf("popDue(25) = %+v, want nothing", got)
 	}
-	if next, ok := nextDeadline(nil, h); !ok || next != 30 {
+	if next, ok := nextDeadline(&leases{}, h); !ok || next != 30 {
 		t.Fatalf("next deadline = %d, %v; want 30", next, ok)
 	}
 }

@@ -2,26 +2,52 @@ package statemachine
 
 import "unsafe"
 
-// row is one held lock's value: what pebble stores under the key, but for
-// the owner, which the table keeps aside (see table.owners).
+// row is one key's row in the table: what pebble stores under the key, but
+// for the owner, which the table keeps aside (see table.owners), and the
+// key itself, which is in the arena. 16 bytes, as the row was before the
+// key moved into it: the row's flags take the low ShardBits bits of the
+// token, which in a token are the shard id (the table knows it: token).
 type row struct {
-	token   uint64
+	tok     uint64 // the holder's token, its low ShardBits bits the row's flags
 	leaseMs uint32
-	// owned says that table.owners has this row's owner, so that a row
-	// without one is never looked up there. It takes bytes that were
-	// padding: a row is 16 bytes, as before owners existed.
-	owned bool
+	key     uint32 // the key's ref in the arena
 }
+
+// The flags of a row.
+const (
+	// rowHeld: the key is held. A row in the index without it is a ghost:
+	// a key released since the checkpoint, whose row the checkpoint still
+	// has and the next one deletes; a Grant of the key takes the ghost's
+	// row back.
+	rowHeld = 1 << iota
+	// rowOwned: owners has the holder's owner, so that a row without one
+	// is never looked up there.
+	rowOwned
+	// rowStored: the checkpoint has a row for the key.
+	rowStored
+	// rowDirty: the row differs from the checkpoint's (a ghost always does).
+	rowDirty
+	// rowListed: the slot is in table.changed. It outlives a row freed
+	// before the checkpoint, so that the slot is listed at most once
+	// whatever takes it next.
+	rowListed
+
+	rowFlags = 1<<ShardBits - 1
+)
 
 // table is one shard's lock table and token counter, in memory. Update
 // applies commands here and never reads pebble, which keeps the hot path to
-// a map lookup per command; pebble holds a checkpoint of the table (see
-// onDisk.checkpoint), and changed is what the table has that the checkpoint
-// has not.
+// a hash lookup per command; pebble holds a checkpoint of the table (see
+// onDisk.checkpoint), and the dirty rows are what the table has that the
+// checkpoint has not.
 //
-// Rows live in a slab indexed from the map rather than as map values:
-// assigning m[string(key)] allocates the key string even when the key is
-// already present, so an Extend would allocate; updating rows[i] does not.
+// A key is stored once: its bytes in the arena (keys), its row in a slab
+// (rows) by slot, and the index from key to slot. None of the three holds
+// a Go pointer per key, so a table of a million locks is a handful of
+// allocations the GC does not scan, and a grant allocates nothing once the
+// slab, the arena and the index have grown. Slots freed while an entry
+// applies are reused only after it (endEntry), so that within one entry a
+// slot names one key.
 type table struct {
 	shard uint64
 	seq   uint64 // tokens issued so far; the next Grant issues seq+1
@@ -29,9 +55,13 @@ type table struct {
 	// first (a fence's proposer is never 0): from a fence on, only that
 	// proposer's batches apply (see applyBatch).
 	fence uint64
-	slot  map[string]uint32
+
+	index keyIndex
+	keys  keyArena
 	rows  []row
-	free  []uint32 // slots of rows released, reused before rows grows
+	free  []uint32 // slots of rows freed, reused before rows grows
+	freed []uint32 // slots freed by the entry being applied (endEntry)
+	held  int      // rows held (the index has the ghosts too)
 
 	// owners holds the owner of every row that has one, by slot. Not a
 	// field of row, so that a lock without an owner costs what it did
@@ -40,22 +70,23 @@ type table struct {
 	// bytes per row as soon as one lock has an owner. nil until then.
 	owners map[uint32]string
 
-	// changed maps every key whose row differs from the last checkpoint
-	// to whether the checkpoint has a row for it. A key's first change
-	// since the checkpoint tells: only a Grant changes a key the
-	// checkpoint holds as free. A key granted and released between two
-	// checkpoints (most keys, under load) leaves the set again and never
-	// reaches pebble.
-	changed map[string]bool
+	// changed lists the slots of every row that became dirty since the
+	// checkpoint (rowListed), and dirty counts the rows that still are. A
+	// key's first change since the checkpoint finds whether the checkpoint
+	// has its row (rowStored): only a Grant changes a key the checkpoint
+	// holds as free. A key granted and released between two checkpoints
+	// (most keys, under load) is not dirty any more and never reaches
+	// pebble.
+	changed []uint32
+	dirty   int
 }
 
 func newTable(shard uint64, seq uint64, sizeHint int) *table {
 	return &table{
-		shard:   shard,
-		seq:     seq,
-		slot:    make(map[string]uint32, sizeHint),
-		rows:    make([]row, 0, sizeHint),
-		changed: make(map[string]bool),
+		shard: shard,
+		seq:   seq,
+		keys:  newKeyArena(),
+		rows:  make([]row, 0, sizeHint),
 	}
 }
 
@@ -90,127 +121,234 @@ func (t *table) applyBatch(h Header, cmds []Command, results []Result) []Result 
 // apply executes one command. It is the whole of baton's lock semantics and
 // must stay deterministic: its only inputs are the table and the command.
 func (t *table) apply(c *Command) Result {
-	i, held := t.slot[string(c.Key)]
+	i, found := t.find(c.Key)
+	held := found && t.rows[i].tok&rowHeld != 0
 	switch c.Op {
 	case OpGrant:
-		held = t.plantedGrant(c.Key, held, i) // the chaos run's planted bugs; a no-op without -tags chaosmutation
+		if t.plantedGrant(c.Key, held, i) != held { // the chaos run's planted bugs; a no-op without -tags chaosmutation
+			i, found = t.find(c.Key)
+			held = false
+		}
 		if held {
 			// The holder's own retry gets its grant back; a Grant without
 			// an owner never matches (ownerOf is "" for a row without one).
 			if len(c.Owner) > 0 && t.ownerOf(i) == string(c.Owner) {
-				return Result{Code: Regranted, Token: t.rows[i].token}
+				return Result{Code: Regranted, Token: t.token(i), Slot: i}
 			}
 			return Result{Code: GrantRejected}
 		}
 		t.seq++
-		r := row{token: t.seq<<ShardBits | t.shard, leaseMs: c.LeaseMs}
-		k := t.insert(c.Key, r, c.Owner)
-		if _, ok := t.changed[k]; !ok {
-			t.changed[k] = false
+		tok := t.seq<<ShardBits | t.shard
+		if found {
+			// A ghost: the key's row comes back, and with it what the
+			// checkpoint has.
+			t.hold(i, tok, c.LeaseMs, c.Owner)
+		} else {
+			i = t.insert(c.Key, tok, c.LeaseMs, c.Owner, 0)
 		}
-		return Result{Code: Granted, Token: r.token}
+		t.change(i)
+		return Result{Code: Granted, Token: tok, Slot: i}
 	case OpRelease:
-		if !held || (c.Token != 0 && t.rows[i].token != c.Token) {
+		if !held || (c.Token != 0 && t.token(i) != c.Token) {
 			return Result{Code: NotHeld}
 		}
-		tok := t.rows[i].token
-		t.remove(c.Key, i)
-		return Result{Code: Released, Token: tok}
+		tok := t.token(i)
+		t.release(i)
+		return Result{Code: Released, Token: tok, Slot: i}
 	case OpExtend:
-		if !held || t.rows[i].token != c.Token {
+		if !held || t.token(i) != c.Token {
 			return Result{Code: NotHeld}
 		}
-		t.change(c.Key)
+		t.change(i)
 		t.rows[i].leaseMs = c.LeaseMs
-		return Result{Code: Extended, Token: c.Token}
+		return Result{Code: Extended, Token: c.Token, Slot: i}
 	case OpExpire:
-		if !held || t.rows[i].token != c.Token {
+		if !held || t.token(i) != c.Token {
 			return Result{Code: Noop}
 		}
-		t.remove(c.Key, i)
-		return Result{Code: Expired, Token: c.Token}
+		t.release(i)
+		return Result{Code: Expired, Token: c.Token, Slot: i}
 	}
 	return Result{Code: Noop}
 }
 
-// change records that a held key is about to change. Its first change
-// since the checkpoint finds it held, so the checkpoint has its row.
-func (t *table) change(key []byte) {
-	if _, ok := t.changed[string(key)]; !ok {
-		t.changed[string(key)] = true
+// token is the holder's token of the row in slot i.
+func (t *table) token(i uint32) uint64 { return t.rows[i].tok&^rowFlags | t.shard }
+
+// keyOf is the key of the row in slot i: the arena's bytes, read-only.
+func (t *table) keyOf(i uint32) []byte { return t.keys.key(t.rows[i].key) }
+
+// heldSlot returns the slot of key's row if key is held.
+func (t *table) heldSlot(key []byte) (uint32, bool) {
+	i, ok := t.find(key)
+	return i, ok && t.rows[i].tok&rowHeld != 0
+}
+
+// change records that the row in slot i differs from the checkpoint's.
+func (t *table) change(i uint32) {
+	r := &t.rows[i]
+	if r.tok&rowDirty == 0 {
+		r.tok |= rowDirty
+		t.dirty++
+	}
+	if r.tok&rowListed == 0 {
+		r.tok |= rowListed
+		t.changed = append(t.changed, i)
 	}
 }
 
-// insert adds a row, with owner if it is not empty, and returns the key
-// string the map keeps, so that other indexes of the key can share it.
-func (t *table) insert(key []byte, r row, owner []byte) string {
+// insert adds a held row for key, which has no row, with flags (rowStored
+// for a row the checkpoint has), and returns its slot.
+func (t *table) insert(key []byte, tok uint64, leaseMs uint32, owner []byte, flags uint64) uint32 {
 	var i uint32
 	if n := len(t.free); n > 0 {
 		i = t.free[n-1]
 		t.free = t.free[:n-1]
+		flags |= t.rows[i].tok & rowListed
 	} else {
 		i = uint32(len(t.rows))
 		t.rows = append(t.rows, row{})
 	}
-	r.owned = len(owner) > 0
-	if r.owned {
+	t.rows[i] = row{tok: flags, key: t.keys.add(key)}
+	t.indexAdd(key, i)
+	t.hold(i, tok, leaseMs, owner)
+	return i
+}
+
+// hold makes the row in slot i, which is not held, the holder's.
+func (t *table) hold(i uint32, tok uint64, leaseMs uint32, owner []byte) {
+	r := &t.rows[i]
+	r.tok = r.tok&(rowStored|rowDirty|rowListed) | tok&^rowFlags | rowHeld
+	r.leaseMs = leaseMs
+	if len(owner) > 0 {
+		r.tok |= rowOwned
 		if t.owners == nil {
 			t.owners = make(map[uint32]string)
 		}
 		t.owners[i] = string(owner)
 	}
-	t.rows[i] = r
-	k := string(key)
-	t.slot[k] = i
-	return k
+	t.held++
 }
 
-// remove frees a held key, and its owner with it. A key granted since the
-// checkpoint is back to what the checkpoint says (free), so it is no longer
-// changed at all.
-func (t *table) remove(key []byte, i uint32) {
-	switch stored, ok := t.changed[string(key)]; {
-	case !ok:
-		t.changed[string(key)] = true
-	case !stored:
-		delete(t.changed, string(key))
-	}
-	delete(t.slot, string(key))
-	if t.rows[i].owned {
+// release frees the held row in slot i, and its owner with it. A row the
+// checkpoint has becomes a ghost, which the next checkpoint deletes; any
+// other is back to what the checkpoint says (free), so it is no longer
+// dirty at all, and leaves the table.
+func (t *table) release(i uint32) {
+	r := &t.rows[i]
+	if r.tok&rowOwned != 0 {
 		delete(t.owners, i)
 	}
-	t.rows[i] = row{}
-	t.free = append(t.free, i)
+	r.tok &= rowStored | rowDirty | rowListed
+	r.leaseMs = 0
+	t.held--
+	if r.tok&rowStored != 0 {
+		t.change(i)
+		return
+	}
+	if r.tok&rowDirty != 0 {
+		t.dirty--
+	}
+	t.drop(i)
+	t.freed = append(t.freed, i)
+}
+
+// drop takes the row in slot i, held by no one, out of the index and its
+// key out of the arena, compacting the key's chunk if that left it sparse.
+// The slot keeps only rowListed; the caller frees it.
+func (t *table) drop(i uint32) {
+	ref := t.rows[i].key
+	t.indexRemove(t.keys.key(ref), i)
+	t.rows[i] = row{tok: t.rows[i].tok & rowListed}
+	if c, sparse := t.keys.release(ref); sparse {
+		t.compactChunk(c)
+	}
+}
+
+// compactChunk moves the live keys of chunk c to the arena's tail and drops
+// c: a key is live if its row still names this copy (a dead copy's key may
+// have a row again, with a newer copy).
+func (t *table) compactChunk(c uint32) {
+	t.keys.each(c, func(ref uint32, key []byte) {
+		if i, ok := t.find(key); ok && t.rows[i].key == ref {
+			t.rows[i].key = t.keys.add(key)
+		}
+	})
+	t.keys.drop(c)
+}
+
+// endEntry makes the slots freed by the entry just applied reusable: the
+// entry's Applied has seen them (see table).
+func (t *table) endEntry() {
+	t.free = append(t.free, t.freed...)
+	t.freed = t.freed[:0]
+}
+
+// eachChanged calls fn for every dirty row: held (the checkpoint must write
+// it) or a ghost (the checkpoint must delete it).
+func (t *table) eachChanged(fn func(i uint32, held bool)) {
+	for _, i := range t.changed {
+		if r := t.rows[i]; r.tok&rowDirty != 0 {
+			fn(i, r.tok&rowHeld != 0)
+		}
+	}
+}
+
+// checkpointed records that the checkpoint now has every row as it is: no
+// row is dirty, held ones are stored and ghosts leave the table.
+func (t *table) checkpointed() {
+	for _, i := range t.changed {
+		r := &t.rows[i]
+		dirty := r.tok&rowDirty != 0
+		r.tok &^= rowDirty | rowListed
+		switch {
+		case !dirty:
+		case r.tok&rowHeld != 0:
+			r.tok |= rowStored
+		default:
+			t.drop(i)
+			t.rows[i].tok = 0
+			t.free = append(t.free, i)
+		}
+	}
+	t.changed = t.changed[:0]
+	t.dirty = 0
 }
 
 // ownerOf is the owner of the row in slot i, "" if it has none.
 func (t *table) ownerOf(i uint32) string {
-	if !t.rows[i].owned {
+	if t.rows[i].tok&rowOwned == 0 {
 		return ""
 	}
 	return t.owners[i]
 }
 
-// get returns key's row and owner, if key is held.
-func (t *table) get(key []byte) (row, string, bool) {
-	i, ok := t.slot[string(key)]
+// get returns key's holder, if key is held.
+func (t *table) get(key []byte) (LookupResult, bool) {
+	i, ok := t.heldSlot(key)
 	if !ok {
-		return row{}, "", false
+		return LookupResult{}, false
 	}
-	return t.rows[i], t.ownerOf(i), true
+	return LookupResult{Held: true, Token: t.token(i), LeaseMs: t.rows[i].leaseMs, Owner: t.ownerOf(i)}, true
 }
 
-func (t *table) len() int { return len(t.slot) }
+func (t *table) len() int { return t.held }
 
-// each is the iterator Observer.Reset receives. Keys and owners alias the
-// maps' strings (read-only) so that handing a million locks to the observer
-// does not allocate a million slices.
+// each calls fn for every held lock, in no order. Keys alias the arena and
+// owners the owner strings (both immutable, read-only) so that handing a
+// million locks to the observer does not allocate a million slices.
 func (t *table) each(fn func(Lock)) {
-	for k, i := range t.slot {
-		r := t.rows[i]
-		fn(Lock{Key: aliasBytes(k), Token: r.token, LeaseMs: r.leaseMs, Owner: aliasBytes(t.ownerOf(i))})
+	for i := range t.rows {
+		if t.rows[i].tok&rowHeld != 0 {
+			s := uint32(i)
+			fn(Lock{Key: t.keyOf(s), Token: t.token(s), LeaseMs: t.rows[i].leaseMs, Owner: aliasBytes(t.ownerOf(s))})
+		}
 	}
 }
+
+// aliasString is b as a string without a copy: b must never change, as the
+// arena's bytes never do.
+func aliasString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // aliasBytes is s as a read-only byte slice, nil for "", without a copy.
 func aliasBytes(s string) []byte {

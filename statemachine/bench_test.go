@@ -73,7 +73,7 @@ func BenchmarkHeldLockBytes(b *testing.B) {
 					tb.apply(&c)
 				}
 				// What a checkpoint leaves: the table, not the changed set.
-				tb.changed = nil
+				tb.checkpointed()
 				runtime.GC()
 				runtime.ReadMemStats(&after)
 				if tb.len() != n {

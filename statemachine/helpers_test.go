@@ -201,18 +201,47 @@ type applied struct {
 	results      []Result
 }
 
-// recorder is an Observer that keeps copies of what it was told.
+// outcome is r without its slot: what the tests compare (slots are the
+// table's business, checked by the index tests).
+func outcome(r Result) Result {
+	r.Slot = 0
+	return r
+}
+
+// outcomes is outcome of each result, in place.
+func outcomes(rs []Result) []Result {
+	for i := range rs {
+		rs[i] = outcome(rs[i])
+	}
+	return rs
+}
+
+// recorder is an Observer that keeps copies of what it was told. It checks
+// that the state machine holds the table's lock (Locker) for every call.
 type recorder struct {
+	table   sync.Mutex // what Locker returns, for every shard
 	mu      sync.Mutex
 	resets  map[uint64]map[string]Lock // shard -> the locks of its last Reset
 	applied []applied
 }
 
+func (r *recorder) Locker(uint64) sync.Locker { return &r.table }
+
+// mustHoldTable panics if the table's lock is free: the state machine
+// called the observer without it.
+func (r *recorder) mustHoldTable(call string) {
+	if r.table.TryLock() {
+		r.table.Unlock()
+		panic("statemachine called " + call + " without the table's lock")
+	}
+}
+
 func newRecorder() *recorder { return &recorder{resets: map[uint64]map[string]Lock{}} }
 
-func (r *recorder) Reset(shard uint64, each func(fn func(Lock))) {
+func (r *recorder) Reset(shard uint64, t Table) {
+	r.mustHoldTable("Reset")
 	locks := map[string]Lock{}
-	each(func(l Lock) {
+	t.Locks(func(l Lock) {
 		l.Key = bytes.Clone(l.Key)
 		l.Owner = bytes.Clone(l.Owner)
 		locks[string(l.Key)] = l
@@ -223,9 +252,10 @@ func (r *recorder) Reset(shard uint64, each func(fn func(Lock))) {
 }
 
 func (r *recorder) Applied(shard, index uint64, h Header, cmds []Command, results []Result) {
+	r.mustHoldTable("Applied")
 	a := applied{shard: shard, index: index, h: h}
 	if len(results) > 0 { // nil for an entry without commands, to compare easily
-		a.results = slices.Clone(results)
+		a.results = outcomes(slices.Clone(results))
 	}
 	for _, c := range cmds {
 		c.Key = bytes.Clone(c.Key)
@@ -283,10 +313,19 @@ type lockState struct {
 // tableLocks returns a table as key -> lock.
 func tableLocks(tb *table) map[string]lockState {
 	out := map[string]lockState{}
-	for k, i := range tb.slot {
-		r := tb.rows[i]
-		out[k] = lockState{token: r.token, leaseMs: r.leaseMs, owner: tb.ownerOf(i)}
-	}
+	tb.each(func(l Lock) {
+		out[string(l.Key)] = lockState{token: l.Token, leaseMs: l.LeaseMs, owner: string(l.Owner)}
+	})
+	return out
+}
+
+// changedKeys returns the table's dirty rows as key -> whether the
+// checkpoint has a row for the key (to overwrite or delete).
+func changedKeys(tb *table) map[string]bool {
+	out := map[string]bool{}
+	tb.eachChanged(func(i uint32, _ bool) {
+		out[string(tb.keyOf(i))] = tb.rows[i].tok&rowStored != 0
+	})
 	return out
 }
 
@@ -295,10 +334,14 @@ func tableLocks(tb *table) map[string]lockState {
 func checkOwners(t testing.TB, tb *table) {
 	t.Helper()
 	owned := 0
-	for _, i := range tb.slot {
+	for j := range tb.rows {
+		i := uint32(j)
+		if tb.rows[i].tok&rowHeld == 0 {
+			continue
+		}
 		o, ok := tb.owners[i]
-		if ok != tb.rows[i].owned {
-			t.Fatalf("slot %d: owned %v but owners has it: %v", i, tb.rows[i].owned, ok)
+		if owned := tb.rows[i].tok&rowOwned != 0; ok != owned {
+			t.Fatalf("slot %d: owned %v but owners has it: %v", i, owned, ok)
 		}
 		if ok && (o == "" || len(o) > MaxOwnerLen) {
 			t.Fatalf("slot %d: owner %q", i, o)

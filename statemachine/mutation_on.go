@@ -32,7 +32,7 @@ func (t *table) plantedGrant(key []byte, held bool, i uint32) bool {
 	case mutation == mutationGrantHeld && held:
 		// Throw the holder out, so that the Grant goes through as over a
 		// free key; the table stays consistent, only the rule is broken.
-		t.remove(key, i)
+		t.release(i)
 		return false
 	case mutation == mutationTokenReuse && !held && t.seq > 0 && reuseNow(key, t.seq):
 		// apply advances the counter next: this makes it issue the

@@ -135,9 +135,9 @@ func TestInNodeHost(t *testing.T) {
 		}
 	}
 	want := [][]Result{
-		{{Granted, 1<<ShardBits | shard}, {Granted, 2<<ShardBits | shard}, {GrantRejected, 0}},
+		{{Code: Granted, Token: 1<<ShardBits | shard}, {Code: Granted, Token: 2<<ShardBits | shard}, {Code: GrantRejected, Token: 0}},
 		nil,
-		{{Released, 2<<ShardBits | shard}, {Extended, 1<<ShardBits | shard}, {Granted, 3<<ShardBits | shard}},
+		{{Code: Released, Token: 2<<ShardBits | shard}, {Code: Extended, Token: 1<<ShardBits | shard}, {Code: Granted, Token: 3<<ShardBits | shard}},
 	}
 	if len(ours) != len(want) {
 		t.Fatalf("observer saw %d of our entries: %+v", len(ours), ours)
@@ -177,7 +177,7 @@ func TestInNodeHost(t *testing.T) {
 	}
 	calls := obs.calls()
 	last := calls[len(calls)-1]
-	if last.index <= lastIndex || last.results[0] != (Result{Granted, 4<<ShardBits | shard}) {
+	if last.index <= lastIndex || last.results[0] != (Result{Code: Granted, Token: 4<<ShardBits | shard}) {
 		t.Fatalf("after restart: %+v", last)
 	}
 	for _, a := range calls[:len(calls)-1] {
@@ -253,7 +253,7 @@ func TestSnapshotThroughDragonboat(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := obs.calls()
-	if got := calls[len(calls)-1].results[0]; got != (Result{Granted, 301<<ShardBits | shard}) {
+	if got := calls[len(calls)-1].results[0]; got != (Result{Code: Granted, Token: 301<<ShardBits | shard}) {
 		t.Fatalf("grant after import: %+v", got)
 	}
 }
@@ -368,11 +368,11 @@ func TestFenceThroughAFollower(t *testing.T) {
 	}{
 		{"a's fence, through the leader", leader, Header{Proposer: a, Seq: 1, Fence: true}, nil, nil, "", false},
 		{"b's grant is fenced", follower, Header{Proposer: b, Seq: 1}, []Command{grant("stale", 1000)}, fenced, "stale", false},
-		{"a's grant applies", follower, Header{Proposer: a, Seq: 2}, []Command{grant("fresh", 1000)}, []Result{{Granted, tok(1)}}, "fresh", true},
+		{"a's grant applies", follower, Header{Proposer: a, Seq: 2}, []Command{grant("fresh", 1000)}, []Result{{Code: Granted, Token: tok(1)}}, "fresh", true},
 		{"b's release is fenced", follower, Header{Proposer: b, Seq: 2}, []Command{release("fresh", 0)}, fenced, "fresh", true},
 		{"b's fence, through the follower", follower, Header{Proposer: b, Seq: 3, Fence: true}, nil, nil, "", false},
 		{"a's release is fenced", follower, Header{Proposer: a, Seq: 3}, []Command{release("fresh", 0)}, fenced, "fresh", true},
-		{"b's release applies", follower, Header{Proposer: b, Seq: 4}, []Command{release("fresh", 0)}, []Result{{Released, tok(1)}}, "fresh", false},
+		{"b's release applies", follower, Header{Proposer: b, Seq: 4}, []Command{release("fresh", 0)}, []Result{{Code: Released, Token: tok(1)}}, "fresh", false},
 	}
 	for _, st := range steps {
 		if got := propose(st.through, st.h, st.cmds...); !slices.Equal(got, st.want) {

@@ -87,9 +87,13 @@ func Factory(db *pebble.DB, obs Observer) sm.CreateOnDiskStateMachineFunc {
 //
 // dragonboat serializes Open, Update, Sync, PrepareSnapshot,
 // RecoverFromSnapshot and Close; Lookup and SaveSnapshot run concurrently with
-// them. Hence the fields they share: mu guards t against Lookup, SaveSnapshot
-// uses only its own pebble snapshot, and snapMu guards the set of snapshots
-// Close must release.
+// them, and the observer reads the table (Table) whenever it holds its
+// lock (Observer.Locker). Hence the fields they share: every change of t
+// (and of the table it points to) is made under the observer's lock and,
+// inside it, mu, which guards t against Lookup; SaveSnapshot uses only its
+// own pebble snapshot, and snapMu guards the set of snapshots Close must
+// release. The serialized methods read t without a lock: only they change
+// it.
 type onDisk struct {
 	db    *pebble.DB
 	obs   Observer
@@ -113,17 +117,12 @@ type onDisk struct {
 	// Scratch reused by every Update.
 	cmds    []Command
 	results []Result
-	spans   []span
+
+	// noObs stands for the observer's lock when there is none.
+	noObs sync.Mutex
 
 	snapMu sync.Mutex
 	snaps  map[*snapCtx]struct{}
-}
-
-// span locates one decoded entry in the Update scratch slices.
-type span struct {
-	index      uint64
-	h          Header
-	start, end int
 }
 
 func newOnDisk(db *pebble.DB, obs Observer, shard uint64) *onDisk {
@@ -195,10 +194,7 @@ func (s *onDisk) Open(stopc <-chan struct{}) (uint64, error) {
 	} else if err := s.load(t, stopc); err != nil {
 		return 0, err
 	}
-	s.mu.Lock()
-	s.t, s.applied = t, m.applied
-	s.mu.Unlock()
-	s.reset()
+	s.install(t, m.applied)
 	return m.applied, nil
 }
 
@@ -248,8 +244,8 @@ func (s *onDisk) load(t *table, stopc <-chan struct{}) error {
 		if err = s.checkRow(t, k, v); err != nil {
 			break
 		}
-		r, owner := decodeRow(v)
-		t.insert(k, r, owner)
+		tok, leaseMs, owner := decodeRow(v)
+		t.insert(k, tok, leaseMs, owner, rowStored)
 	}
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("statemachine: shard %d: scan table: %w", s.shard, cerr)
@@ -274,15 +270,15 @@ func rowShapeOK(k, v []byte) bool {
 	return len(k) >= 1 && len(k) <= MaxKeyLen && len(v) >= rowLen && len(v) <= rowLen+MaxOwnerLen
 }
 
-// decodeRow splits a stored value (of a valid shape) into its row and
-// owner (nil for none; it aliases v). A value written before owners existed
-// is rowLen bytes, so it decodes to a row without owner.
-func decodeRow(v []byte) (row, []byte) {
-	r := row{token: binary.LittleEndian.Uint64(v), leaseMs: binary.LittleEndian.Uint32(v[8:])}
+// decodeRow splits a stored value (of a valid shape) into its token, lease
+// and owner (nil for none; it aliases v). A value written before owners
+// existed is rowLen bytes, so it decodes to a row without owner.
+func decodeRow(v []byte) (tok uint64, leaseMs uint32, owner []byte) {
+	tok, leaseMs = binary.LittleEndian.Uint64(v), binary.LittleEndian.Uint32(v[8:])
 	if len(v) == rowLen {
-		return r, nil
+		return tok, leaseMs, nil
 	}
-	return r, v[rowLen:]
+	return tok, leaseMs, v[rowLen:]
 }
 
 // validToken reports whether tok can have been issued by the shard, given
@@ -300,33 +296,41 @@ func stopped(c <-chan struct{}) bool {
 	}
 }
 
-// reset tells the observer the table was replaced. Only the serialized
-// methods call it, so t cannot change under each.
-func (s *onDisk) reset() {
+// install makes t, at applied, the shard's table, and tells the observer,
+// under its lock: from the observer's Reset on, it reads t.
+func (s *onDisk) install(t *table, applied uint64) {
+	lk := s.locker()
+	lk.Lock()
+	defer lk.Unlock()
+	s.mu.Lock()
+	s.t, s.applied = t, applied
+	s.mu.Unlock()
 	if s.obs != nil {
-		s.obs.Reset(s.shard, s.t.each)
+		s.obs.Reset(s.shard, Table{t})
 	}
 }
 
 // Update implements sm.IOnDiskStateMachine: it applies the entries to the
-// in-memory table (table.applyBatch, which also decides the fence) and
-// tells the observer of every decodable entry, fences and Fenced batches
-// included; pebble is written only when a checkpoint bound is reached
-// (checkpointKeys, checkpointCommands; see the package doc). Result.Value
-// is the entry's number of commands (0 for a fence, an empty or an
-// undecodable entry), whatever their results.
+// in-memory table one at a time (table.applyBatch, which also decides the
+// fence) and tells the observer of every decodable entry, fences and
+// Fenced batches included, each under the observer's lock from its change
+// to the end of its Applied; pebble is written only when a checkpoint
+// bound is reached (checkpointKeys, checkpointCommands; see the package
+// doc), after the observer was told, and an error of that checkpoint is
+// Update's (the table and the observer have the entries; the next
+// checkpoint writes them). Result.Value is the entry's number of commands
+// (0 for a fence, an empty or an undecodable entry), whatever their
+// results.
 func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	if len(ents) == 0 {
 		return ents, nil
 	}
-	cmds, results, spans := s.cmds[:0], s.results[:0], s.spans[:0]
-
-	s.mu.Lock()
+	cmds, results := s.cmds[:0], s.results[:0]
 	t := s.t
 	if t == nil {
-		s.mu.Unlock()
 		return ents, ErrClosed
 	}
+	lk := s.locker()
 	for i := range ents {
 		e := &ents[i]
 		e.Result = sm.Result{}
@@ -341,32 +345,47 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			// entry keeps them identical.
 			continue
 		}
+		// The entry's change and its Applied under the observer's lock,
+		// so that the observer never sees one without the other.
+		lk.Lock()
+		s.mu.Lock()
 		results = t.applyBatch(h, cmds[start:], results)
+		s.applied = e.Index
+		s.mu.Unlock()
+		if s.obs != nil {
+			s.obs.Applied(s.shard, e.Index, h, cmds[start:], results[start:])
+		}
+		t.endEntry()
+		lk.Unlock()
 		e.Result.Value = uint64(len(cmds) - start)
-		spans = append(spans, span{index: e.Index, h: h, start: start, end: len(cmds)})
 	}
+	s.mu.Lock()
 	s.applied = ents[len(ents)-1].Index
 	s.mu.Unlock()
 	s.uncheckpointed += len(cmds)
 
 	var err error
-	if len(t.changed) >= checkpointKeys || s.uncheckpointed >= checkpointCommands {
+	if t.dirty >= checkpointKeys || s.uncheckpointed >= checkpointCommands {
 		// Synced, so that it bounds what a crash makes dragonboat apply
 		// again: pebble may keep a small unsynced batch in its WAL buffer,
 		// and a kill -9 would lose it. One fsync per 65,536 keys or a
 		// million commands costs nothing measurable.
 		err = s.checkpoint(pebble.Sync)
 	}
-	if err == nil && s.obs != nil {
-		for _, sp := range spans {
-			s.obs.Applied(s.shard, sp.index, sp.h, cmds[sp.start:sp.end], results[sp.start:sp.end])
-		}
-	}
 	// Drop the keys, which alias dragonboat's entries, so that they can be
 	// collected before the next Update.
 	clear(cmds)
-	s.cmds, s.results, s.spans = cmds[:0], results[:0], spans[:0]
+	s.cmds, s.results = cmds[:0], results[:0]
 	return ents, err
+}
+
+// locker is the observer's lock of the shard's table (see
+// Observer.Locker), or a lock nobody else takes when there is no observer.
+func (s *onDisk) locker() sync.Locker {
+	if s.obs == nil {
+		return &s.noObs
+	}
+	return s.obs.Locker(s.shard)
 }
 
 // Update writes a checkpoint of its own when either bound is reached, so
@@ -393,37 +412,44 @@ func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
 	t := s.t
 	b := s.db.NewBatch()
 	defer b.Close()
-	for k, stored := range t.changed {
-		if i, held := t.slot[k]; held {
-			s.putRow(b, k, t.rows[i], t.ownerOf(i))
-		} else if stored {
-			s.deleteRow(b, k)
+	t.eachChanged(func(i uint32, held bool) {
+		if held {
+			s.putRow(b, t.keyOf(i), t.token(i), t.rows[i].leaseMs, t.ownerOf(i))
+		} else {
+			s.deleteRow(b, t.keyOf(i))
 		}
-	}
+	})
 	s.putMeta(b, t.meta(s.applied))
 	if err := b.Commit(opts); err != nil {
 		// The changes stay recorded: the next checkpoint writes them.
 		return fmt.Errorf("statemachine: shard %d: checkpoint: %w", s.shard, err)
 	}
-	clear(t.changed)
+	// Ghosts leave the index and the arena: neither the observer nor
+	// Lookup may read them meanwhile.
+	lk := s.locker()
+	lk.Lock()
+	s.mu.Lock()
+	t.checkpointed()
+	s.mu.Unlock()
+	lk.Unlock()
 	s.uncheckpointed = 0
 	return nil
 }
 
 // putRow adds key's row and owner ("" for none) to b, in the layout of the
 // package doc.
-func (s *onDisk) putRow(b *pebble.Batch, key string, r row, owner string) {
+func (s *onDisk) putRow(b *pebble.Batch, key []byte, tok uint64, leaseMs uint32, owner string) {
 	op := b.SetDeferred(prefixLen+len(key), rowLen+len(owner))
 	copy(op.Key, s.tableLo[:])
 	copy(op.Key[prefixLen:], key)
-	binary.LittleEndian.PutUint64(op.Value, r.token)
-	binary.LittleEndian.PutUint32(op.Value[8:], r.leaseMs)
+	binary.LittleEndian.PutUint64(op.Value, tok)
+	binary.LittleEndian.PutUint32(op.Value[8:], leaseMs)
 	copy(op.Value[rowLen:], owner)
 	_ = op.Finish() // cannot fail: the batch is not indexed
 }
 
 // deleteRow adds the deletion of key's row to b.
-func (s *onDisk) deleteRow(b *pebble.Batch, key string) {
+func (s *onDisk) deleteRow(b *pebble.Batch, key []byte) {
 	op := b.DeleteDeferred(prefixLen + len(key))
 	copy(op.Key, s.tableLo[:])
 	copy(op.Key[prefixLen:], key)
@@ -454,8 +480,8 @@ func (s *onDisk) Lookup(q interface{}) (interface{}, error) {
 	if s.t == nil {
 		return nil, ErrClosed
 	}
-	r, owner, held := s.t.get(k)
-	return LookupResult{Held: held, Token: r.token, LeaseMs: r.leaseMs, Owner: owner}, nil
+	r, _ := s.t.get(k)
+	return r, nil
 }
 
 // Sync implements sm.IOnDiskStateMachine: a checkpoint, fsynced (which

@@ -166,10 +166,10 @@ func TestUpdateResultsAndObserver(t *testing.T) {
 	calls := obs.calls()
 	want := []applied{
 		{1, 1, Header{Proposer: 7, Seq: 1}, []Command{grant("a", 10), grant("b", 20), grant("a", 30)},
-			[]Result{{Granted, 1<<ShardBits | 1}, {Granted, 2<<ShardBits | 1}, {GrantRejected, 0}}},
+			[]Result{{Code: Granted, Token: 1<<ShardBits | 1}, {Code: Granted, Token: 2<<ShardBits | 1}, {Code: GrantRejected, Token: 0}}},
 		{1, 4, Header{Proposer: 7, Seq: 4}, nil, nil},
 		{1, 5, Header{Proposer: 7, Seq: 5}, []Command{release("a", 0), expire("b", 2<<ShardBits|1)},
-			[]Result{{Released, 1<<ShardBits | 1}, {Expired, 2<<ShardBits | 1}}},
+			[]Result{{Code: Released, Token: 1<<ShardBits | 1}, {Code: Expired, Token: 2<<ShardBits | 1}}},
 	}
 	for i := range want {
 		want[i].cmds = normalizeAll(want[i].cmds)
@@ -207,15 +207,15 @@ func TestUpdateFence(t *testing.T) {
 	}
 	fenced := []Result{{Code: Fenced}, {Code: Fenced}, {Code: Fenced}}
 	want := []applied{
-		{1, 1, Header{Proposer: b, Seq: 1}, []Command{grant("x", 10)}, []Result{{Granted, tok(1)}}},
+		{1, 1, Header{Proposer: b, Seq: 1}, []Command{grant("x", 10)}, []Result{{Code: Granted, Token: tok(1)}}},
 		{1, 2, Header{Proposer: a, Seq: 2, Fence: true}, nil, nil},
 		{1, 3, Header{Proposer: b, Seq: 3}, []Command{grant("y", 20), release("x", 0), extend("x", tok(1), 5)}, fenced},
 		{1, 4, Header{Proposer: a, Seq: 4}, []Command{grant("y", 30), extend("x", tok(1), 40)},
-			[]Result{{Granted, tok(2)}, {Extended, tok(1)}}},
+			[]Result{{Code: Granted, Token: tok(2)}, {Code: Extended, Token: tok(1)}}},
 		{1, 5, Header{Proposer: b, Seq: 5}, nil, nil},
 		{1, 6, Header{Proposer: b, Seq: 6, Fence: true}, nil, nil},
 		{1, 7, Header{Proposer: a, Seq: 7}, []Command{release("y", 0)}, fenced[:1]},
-		{1, 8, Header{Proposer: b, Seq: 8}, []Command{release("y", 0)}, []Result{{Released, tok(2)}}},
+		{1, 8, Header{Proposer: b, Seq: 8}, []Command{release("y", 0)}, []Result{{Code: Released, Token: tok(2)}}},
 	}
 	for i := range want {
 		want[i].cmds = normalizeAll(want[i].cmds)
@@ -255,9 +255,13 @@ func TestObserverSeesTheAppliedTable(t *testing.T) {
 	}
 }
 
-type funcObserver struct{ applied func(shard, index uint64) }
+type funcObserver struct {
+	applied func(shard, index uint64)
+	table   sync.Mutex
+}
 
-func (f *funcObserver) Reset(uint64, func(func(Lock))) {}
+func (f *funcObserver) Locker(uint64) sync.Locker { return &f.table }
+func (f *funcObserver) Reset(uint64, Table)       {}
 func (f *funcObserver) Applied(shard, index uint64, _ Header, _ []Command, _ []Result) {
 	f.applied(shard, index)
 }
@@ -348,7 +352,7 @@ func TestReopenContinues(t *testing.T) {
 	if res[0].Token <= max(maxTok, mine.Token) {
 		t.Fatalf("token after reopen %d, not above %d", res[0].Token, max(maxTok, mine.Token))
 	}
-	if res[1] != (Result{Regranted, mine.Token}) || res[2] != (Result{Code: GrantRejected}) {
+	if res[1] != (Result{Code: Regranted, Token: mine.Token}) || res[2] != (Result{Code: GrantRejected}) {
 		t.Fatalf("retries after reopen: %+v", res[1:])
 	}
 	if got := locks(s)["mine"]; got != (lockState{mine.Token, 77, "owner-1"}) {
@@ -542,8 +546,8 @@ func TestCheckpoint(t *testing.T) {
 	}
 	log = append(log, entry(5, cmds...))
 	update(t, s, log[4])
-	if m, _, _ := s.readMeta(); m.applied != 5 || len(s.t.changed) != 0 {
-		t.Fatalf("after %d changed keys: meta at %d, %d keys still changed", checkpointKeys, m.applied, len(s.t.changed))
+	if m, _, _ := s.readMeta(); m.applied != 5 || s.t.dirty != 0 {
+		t.Fatalf("after %d changed keys: meta at %d, %d keys still changed", checkpointKeys, m.applied, s.t.dirty)
 	}
 	crashed()
 

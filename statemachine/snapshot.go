@@ -167,8 +167,8 @@ func (p *pebbleRows) next() (Lock, bool) {
 		p.bad = fmt.Errorf("statemachine: shard %d: corrupt row %q", p.shard, k)
 		return Lock{}, false
 	}
-	r, owner := decodeRow(v)
-	return Lock{Key: k, Token: r.token, LeaseMs: r.leaseMs, Owner: owner}, true
+	tok, leaseMs, owner := decodeRow(v)
+	return Lock{Key: k, Token: tok, LeaseMs: leaseMs, Owner: owner}, true
 }
 
 func (p *pebbleRows) err() error {
@@ -265,11 +265,8 @@ func (s *onDisk) RecoverFromSnapshot(r io.Reader, stopc <-chan struct{}) error {
 	if err := s.writeTable(applied, t, stopc); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.t, s.applied = t, applied
-	s.mu.Unlock()
+	s.install(t, applied)
 	s.uncheckpointed = 0 // writeTable wrote the whole table: a checkpoint
-	s.reset()
 	return nil
 }
 
@@ -383,7 +380,7 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 			return 0, nil, s.badSnapshot("record %d: keys out of order", n)
 		}
 		prev = append(prev[:0], key...)
-		t.insert(key, row{token: tok, leaseMs: uint32(lease)}, owner)
+		t.insert(key, tok, uint32(lease), owner, rowStored)
 	}
 	var tail [8 + 4]byte
 	if _, err := io.ReadFull(br, tail[:]); err != nil {
@@ -453,12 +450,16 @@ func (s *onDisk) writeRows(t *table, stopc <-chan struct{}) (*pebble.Batch, erro
 	_ = b.Delete(s.metaKey[:], nil)
 	_ = b.DeleteRange(s.tableLo[:], s.tableHi[:], nil)
 	n := 0
-	for k, i := range t.slot {
+	for i := range t.rows {
+		if t.rows[i].tok&rowHeld == 0 {
+			continue
+		}
 		if n%stopEvery == 0 && stopped(stopc) {
 			return fail(sm.ErrSnapshotStopped)
 		}
 		n++
-		s.putRow(b, k, t.rows[i], t.ownerOf(i))
+		slot := uint32(i)
+		s.putRow(b, t.keyOf(slot), t.token(slot), t.rows[i].leaseMs, t.ownerOf(slot))
 		if b.Len() >= recoverBatchSz {
 			if err := b.Commit(pebble.NoSync); err != nil {
 				return fail(fmt.Errorf("statemachine: shard %d: write snapshot rows: %w", s.shard, err))

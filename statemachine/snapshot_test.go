@@ -92,7 +92,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	// The retry of an owner's grant finds it in the recovered table.
 	update(t, dst, entry(src.applied+1, grantBy("key/000042", 7, "owner-42"), grantBy("key/000045", 7, "owner-42")))
-	if r := obs.calls()[0].results; r[0] != (Result{Regranted, locks(src)["key/000042"].token}) || r[1].Code != GrantRejected {
+	if r := obs.calls()[0].results; r[0] != (Result{Code: Regranted, Token: locks(src)["key/000042"].token}) || r[1].Code != GrantRejected {
 		t.Fatalf("retries after recovery: %+v", r)
 	}
 	checkMirror(t, dst)
