@@ -6,7 +6,6 @@ package main
 // TestMain run main instead of the tests.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,29 +40,10 @@ func startNode(t *testing.T) *harness.Node {
 	return harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 2})
 }
 
-// syncBuffer is a bytes.Buffer that a command's output copier and the test
-// may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // baton runs a baton command in-process against addr.
 func baton(t *testing.T, addr string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb syncBuffer
+	var out, errb harness.SyncBuffer
 	e := env{ctx: context.Background(), stdout: &out, stderr: &errb,
 		getenv: func(k string) string {
 			if k == "BATON_ADDR" {
@@ -416,7 +396,7 @@ func TestLockForwardsSignals(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "lock", "cli/sig", "--addr", n.ClientAddr, "--",
 		"sh", "-c", `trap 'echo got INT; exit 9' INT; echo ready; sleep 30 >/dev/null 2>&1 & wait`)
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
-	var out, errb syncBuffer
+	var out, errb harness.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

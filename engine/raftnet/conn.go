@@ -37,6 +37,14 @@ func (s *sender) frame(size int) []byte {
 	return s.buf[:headerSize+size]
 }
 
+// send marshals m, whose marshalled size is at most size, into a frame of
+// kind and writes it.
+func (s *sender) send(kind byte, m pb.Marshaler, size int) error {
+	buf := s.frame(size)
+	payload := pb.MustMarshalTo(m, buf[headerSize:])
+	return s.write(buf, kind, len(payload))
+}
+
 // write sends the frame of kind whose payload was marshalled into
 // buf[headerSize:headerSize+n], header and payload in one write.
 func (s *sender) write(buf []byte, kind byte, n int) error {
@@ -58,9 +66,7 @@ type messageConn struct {
 
 // SendMessageBatch sends batch in one frame.
 func (c *messageConn) SendMessageBatch(batch pb.MessageBatch) error {
-	buf := c.frame(batch.SizeUpperLimit())
-	payload := pb.MustMarshalTo(&batch, buf[headerSize:])
-	return c.write(buf, frameBatch, len(payload))
+	return c.send(frameBatch, &batch, batch.SizeUpperLimit())
 }
 
 // Close closes the connection.
@@ -74,9 +80,7 @@ type snapshotConn struct {
 
 // SendChunk sends chunk in one frame.
 func (c *snapshotConn) SendChunk(chunk pb.Chunk) error {
-	buf := c.frame(chunk.Size())
-	payload := pb.MustMarshalTo(&chunk, buf[headerSize:])
-	return c.write(buf, frameChunk, len(payload))
+	return c.send(frameChunk, &chunk, chunk.Size())
 }
 
 // Close ends the stream with frameEnd and waits, up to endTimeout, for the

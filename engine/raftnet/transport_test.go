@@ -25,25 +25,7 @@ type receiver struct {
 	batches chan pb.MessageBatch
 	mu      sync.Mutex
 	chunks  []pb.Chunk
-	logs    *syncBuffer
-}
-
-// syncBuffer is a log destination the transport's goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs    *harness.SyncBuffer
 }
 
 // nodeHostConfig is the part of a NodeHost's configuration the transport
@@ -60,7 +42,7 @@ func nodeHostConfig(addr string, ca *harness.CA, cert harness.Cert) config.NodeH
 // runs for every chunk after it is recorded.
 func startReceiver(t *testing.T, ca *harness.CA, cert harness.Cert, onChunk func(pb.Chunk)) *receiver {
 	t.Helper()
-	r := &receiver{addr: harness.FreeAddr(t), batches: make(chan pb.MessageBatch, 1024), logs: &syncBuffer{}}
+	r := &receiver{addr: harness.FreeAddr(t), batches: make(chan pb.MessageBatch, 1024), logs: &harness.SyncBuffer{}}
 	f := &Factory{Log: slog.New(slog.NewTextHandler(r.logs, nil))}
 	tr := f.Create(nodeHostConfig(r.addr, ca, cert),
 		func(b pb.MessageBatch) { r.batches <- b },

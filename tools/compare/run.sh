@@ -121,24 +121,23 @@ start_redis $REDIS_ALWAYS redis-always --appendonly yes --appendfsync always
 start_redis $REDIS_EVERYSEC redis-everysec --appendonly yes --appendfsync everysec
 start_redis $REDIS_NONE redis-none --appendonly no
 
-bin/batond --id 1 --peers "127.0.0.1:$((BATON1 + 1))/127.0.0.1:$BATON1" --data "$work/baton1" --shards 4 \
-	>"$work/baton1.log" 2>&1 &
-pids+=($!)
-peers=""
-for p in "${BATON3[@]}"; do peers+="${peers:+,}127.0.0.1:$((p + 1))/127.0.0.1:$p"; done
-for i in 1 2 3; do
-	bin/batond --id $i --peers "$peers" --data "$work/baton3-$i" --shards 4 >"$work/baton3-$i.log" 2>&1 &
-	pids+=($!)
-done
-bin/batond --id 1 --peers "127.0.0.1:$((BATON1S + 1))/127.0.0.1:$BATON1S" --data "$work/baton1s" --shards 1 \
-	>"$work/baton1s.log" 2>&1 &
-pids+=($!)
-peers=""
-for p in "${BATON3S[@]}"; do peers+="${peers:+,}127.0.0.1:$((p + 1))/127.0.0.1:$p"; done
-for i in 1 2 3; do
-	bin/batond --id $i --peers "$peers" --data "$work/baton3s-$i" --shards 1 >"$work/baton3s-$i.log" 2>&1 &
-	pids+=($!)
-done
+# start_baton NAME SHARDS PORT...: a baton node on each client PORT (Raft
+# on PORT+1), one cluster, its logs in NAME-N.log.
+start_baton() {
+	local name=$1 shards=$2
+	shift 2
+	local peers="" p i=0
+	for p in "$@"; do peers+="${peers:+,}127.0.0.1:$((p + 1))/127.0.0.1:$p"; done
+	for p in "$@"; do
+		i=$((i + 1))
+		bin/batond --id $i --peers "$peers" --data "$work/$name-$i" --shards "$shards" >"$work/$name-$i.log" 2>&1 &
+		pids+=($!)
+	done
+}
+start_baton baton1 4 $BATON1
+start_baton baton3 4 "${BATON3[@]}"
+start_baton baton1s 1 $BATON1S
+start_baton baton3s 1 "${BATON3S[@]}"
 
 etcd_leader=$(timeout 90 "$compare" ready --system etcd --endpoints "$etcd_eps") ||
 	{ echo "etcd did not start:"; tail -n 20 "$work"/etcd*.log; exit 1; }
@@ -146,16 +145,17 @@ for p in $REDIS_ALWAYS $REDIS_EVERYSEC $REDIS_NONE; do
 	timeout 60 "$compare" ready --system redis --endpoints "127.0.0.1:$p" ||
 		{ echo "redis did not start:"; tail -n 20 "$work"/redis*.log; exit 1; }
 done
-timeout 60 "$compare" ready --system baton --endpoints "127.0.0.1:$BATON1" ||
-	{ echo "baton did not start:"; tail -n 20 "$work/baton1.log"; exit 1; }
-# Node 1 leads by priority once it has caught up: drive it, as the etcd
-# load goes to etcd's leader.
-timeout 60 "$compare" ready --system baton --endpoints "127.0.0.1:${BATON3[0]}" ||
-	{ echo "baton cluster did not start:"; tail -n 20 "$work"/baton3-*.log; exit 1; }
-timeout 60 "$compare" ready --system baton --endpoints "127.0.0.1:$BATON1S" ||
-	{ echo "baton (1 shard) did not start:"; tail -n 20 "$work/baton1s.log"; exit 1; }
-timeout 60 "$compare" ready --system baton --endpoints "127.0.0.1:${BATON3S[0]}" ||
-	{ echo "baton cluster (1 shard) did not start:"; tail -n 20 "$work"/baton3s-*.log; exit 1; }
+# ready_baton NAME ADDR: waits until ADDR serves (a cluster's node 1 leads by
+# priority once it has caught up: drive it, as the etcd load goes to etcd's
+# leader).
+ready_baton() {
+	timeout 60 "$compare" ready --system baton --endpoints "$2" ||
+		{ echo "baton ($1) did not start:"; tail -n 20 "$work/$1"-*.log; exit 1; }
+}
+ready_baton baton1 "127.0.0.1:$BATON1"
+ready_baton baton3 "127.0.0.1:${BATON3[0]}"
+ready_baton baton1s "127.0.0.1:$BATON1S"
+ready_baton baton3s "127.0.0.1:${BATON3S[0]}"
 
 manifest=$OUT/manifest.tsv
 : >"$manifest"
