@@ -196,20 +196,27 @@ func expectClosed(t *testing.T, c net.Conn) {
 	}
 }
 
+// sendRaw dials addr over plain TCP, writes b and waits for the server to
+// close the connection.
+func sendRaw(t *testing.T, addr string, b []byte) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	expectClosed(t, c)
+}
+
 // TestRefusesAnotherTransport: a peer that speaks dragonboat's transport
 // (its magic number first) is refused and logged, and the transport goes
 // on serving its own.
 func TestRefusesAnotherTransport(t *testing.T) {
 	r := startReceiver(t, nil, harness.Cert{}, nil)
-	c, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte{0xAE, 0x7D, 1, 2, 3, 4, 5, 6, 7, 8}); err != nil {
-		t.Fatal(err)
-	}
-	expectClosed(t, c)
+	sendRaw(t, r.addr, []byte{0xAE, 0x7D, 1, 2, 3, 4, 5, 6, 7, 8})
 	if logs := r.logs.String(); !strings.Contains(logs, "not baton's raft transport") {
 		t.Fatalf("no log line of the refusal; logs:\n%s", logs)
 	}
@@ -220,28 +227,12 @@ func TestRefusesAnotherTransport(t *testing.T) {
 // connection, nothing of it is handed on, and new connections work.
 func TestBadFrameEndsConnection(t *testing.T) {
 	r := startReceiver(t, nil, harness.Cert{}, nil)
-	c, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	frame := encodeFrame(frameBatch, []byte("not a batch, and a wrong checksum"))
 	frame[len(frame)-1] ^= 1
-	if _, err := c.Write(append(preamble[:], frame...)); err != nil {
-		t.Fatal(err)
-	}
-	expectClosed(t, c)
+	sendRaw(t, r.addr, append(preamble[:], frame...))
 
 	// A frame that checks but does not unmarshal ends it too.
-	c2, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
-	if _, err := c2.Write(append(preamble[:], encodeFrame(frameBatch, []byte{0xff, 0xff, 0xff})...)); err != nil {
-		t.Fatal(err)
-	}
-	expectClosed(t, c2)
+	sendRaw(t, r.addr, append(preamble[:], encodeFrame(frameBatch, []byte{0xff, 0xff, 0xff})...))
 	select {
 	case b := <-r.batches:
 		t.Fatalf("a bad frame was handed on: %+v", b)
@@ -257,15 +248,7 @@ func TestMutualTLS(t *testing.T) {
 	r := startReceiver(t, ca, ca.Issue("node-1"), nil)
 	exchange(t, newSender(ca, ca.Issue("node-2")), r, 20)
 
-	c, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write(append(preamble[:], encodeFrame(frameBatch, nil)...)); err != nil {
-		t.Fatal(err)
-	}
-	expectClosed(t, c)
+	sendRaw(t, r.addr, append(preamble[:], encodeFrame(frameBatch, nil)...))
 	select {
 	case b := <-r.batches:
 		t.Fatalf("a plain TCP peer got a batch in: %+v", b)
