@@ -14,31 +14,13 @@ CONNS=${CONNS:-16}
 DEPTH=${DEPTH:-16}
 SHARDS=${SHARDS:-4}
 
-pids=()
-stop() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
-trap 'stop; rm -rf "$work"' EXIT
-
-# start N: a fresh cluster of N nodes; node i listens on 179i0 (clients) and
-# 179i1 (Raft). Returns once node 1 grants.
-start() {
-	local n=$1 peers="" i
-	rm -rf "$work"/n*
-	for i in $(seq "$n"); do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
-	for i in $(seq "$n"); do
-		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --shards "$SHARDS" >"$work/n$i.log" 2>&1 &
-		pids+=($!)
-	done
-	# Ready when node 1 leads every shard: a short run sees no MOVED.
-	wait_ready 127.0.0.1:17910 || { echo "cluster of $n did not settle:"; tail -5 "$work"/n*.log; exit 1; }
-}
-
 for n in 1 3; do : >"$work/rate$n"; : >"$work/p50$n"; : >"$work/p99$n"; done
 for run in $(seq "$RUNS"); do
 	for n in 1 3; do
-		start "$n"
+		start_cluster "$n" --shards "$SHARDS"
 		bin/baton bench --addr 127.0.0.1:17910 --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" \
 			--quiet --json "$work/r.json" >/dev/null
-		stop
+		stop_cluster
 		rate=$(jq -r '.cycles_per_sec | floor' "$work/r.json")
 		p50=$(jq -r '.acquire_us.p50' "$work/r.json")
 		p99=$(jq -r '.acquire_us.p99' "$work/r.json")

@@ -24,22 +24,6 @@ DURATION=${DURATION:-8s}
 IFS='|' read -r -a configs <<<"$CONFIGS"
 tick=$(getconf CLK_TCK)
 
-pids=()
-stopall() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
-trap 'stopall; rm -rf "$work"' EXIT
-
-startall() { # FLAGS
-	local peers="" i
-	rm -rf "$work"/n*
-	for i in 1 2 3; do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
-	for i in 1 2 3; do
-		# shellcheck disable=SC2086 # the flags are words
-		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" $1 >"$work/n$i.log" 2>&1 &
-		pids+=($!)
-	done
-	wait_ready 127.0.0.1:17910 || { echo "cluster did not settle:"; tail -5 "$work"/n*.log; exit 1; }
-}
-
 # counters prints, for every node: CPU ticks, read and write system calls.
 counters() {
 	local p
@@ -51,12 +35,13 @@ counters() {
 echo "3 nodes, $CONNS x $DEPTH, $DURATION per run, $RUNS rounds of: $CONFIGS"
 for run in $(seq "$RUNS"); do
 	for c in "${!configs[@]}"; do
-		startall "${configs[$c]}"
+		# shellcheck disable=SC2086 # a configuration is words
+		start_cluster 3 ${configs[$c]}
 		counters >"$work/before"
 		bin/baton bench --addr 127.0.0.1:17910 --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" --warmup 0 \
 			--quiet --json "$work/r.json" >/dev/null
 		counters >"$work/after"
-		stopall
+		stop_cluster
 		cycles=$(jq -r '.cycles' "$work/r.json")
 		line=$(paste -d' ' "$work/before" "$work/after" | awk -v c="$cycles" -v t="$tick" '{
 			printf " node%d: cpu_us/cycle=%.1f reads/cycle=%.2f writes/cycle=%.2f", NR, ($4 - $1) * 1e6 / t / c, ($5 - $2) / c, ($6 - $3) / c }')

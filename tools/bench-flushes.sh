@@ -27,30 +27,16 @@ dev=$(basename "$(df --output=source "$work" | tail -1)")
 flushes() { awk -v d="$dev" '$3 == d { print $19 }' /proc/diskstats; }
 [ -n "$(flushes)" ] || { echo "no flush count for device $dev in /proc/diskstats"; exit 1; }
 
-pids=()
-stopall() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
-trap 'stopall; rm -rf "$work"' EXIT
-
-startall() {
-	local peers="" i
-	rm -rf "$work"/n*
-	for i in $(seq "$NODES"); do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
-	for i in $(seq "$NODES"); do
-		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --shards "$SHARDS" ${RAFT_LOG:+--raft-log "$RAFT_LOG"} ${BATOND_FLAGS:-} >"$work/n$i.log" 2>&1 &
-		pids+=($!)
-	done
-	wait_ready 127.0.0.1:17910 || { echo "cluster of $NODES did not settle:"; tail -5 "$work"/n*.log; exit 1; }
-}
-
 echo "device $dev, $NODES nodes, $SHARDS shards, $CONNS x $DEPTH, $DURATION, raft log ${RAFT_LOG:-the default}"
 : >"$work/per"; : >"$work/rate"; : >"$work/p50"
 for run in $(seq "$RUNS"); do
-	startall
+	# shellcheck disable=SC2086 # BATOND_FLAGS are words
+	start_cluster "$NODES" --shards "$SHARDS" ${RAFT_LOG:+--raft-log "$RAFT_LOG"} ${BATOND_FLAGS:-}
 	before=$(flushes)
 	bin/baton bench --addr 127.0.0.1:17910 --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" --warmup 0 ${BENCH_FLAGS:-} \
 		--quiet --json "$work/r.json" >/dev/null
 	after=$(flushes)
-	stopall
+	stop_cluster
 	cycles=$(jq -r '.cycles' "$work/r.json")
 	requests=$((2 * cycles))
 	per=$(awk -v f=$((after - before)) -v r="$requests" 'BEGIN { printf "%.2f", f / r }')

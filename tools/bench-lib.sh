@@ -28,7 +28,7 @@ wait_ready() {
 # A single node for the scripts that measure one: CLIENT and RAFT are its
 # addresses (the script sets them), pid its process while it runs.
 pid=""
-trap 'stop; rm -rf "$work"' EXIT
+trap 'stop; stop_cluster; rm -rf "$work"' EXIT
 
 # stop ends the node started last.
 stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; pid=""; }
@@ -39,6 +39,33 @@ start() {
 	bin/batond --peers "$RAFT/$CLIENT" --data "$work/data" --shards "$1" >"$work/node.log" 2>&1 &
 	pid=$!
 	wait_ready "$CLIENT" || { echo "node did not start:"; cat "$work/node.log"; exit 1; }
+}
+
+# A cluster for the scripts that measure several nodes: node i listens on
+# 127.0.0.1:179i0 (clients), 179i1 (Raft) and 179i2 (--http); pids are its
+# processes while it runs.
+pids=()
+
+# stop_cluster ends the cluster started last.
+stop_cluster() {
+	local p
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	pids=()
+}
+
+# start_cluster N FLAGS...: a fresh cluster of N nodes in new data dirs,
+# every batond given FLAGS, returning once node 1 serves every shard.
+start_cluster() {
+	local n=$1 peers="" i
+	shift
+	rm -rf "$work"/n*
+	for i in $(seq "$n"); do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
+	for i in $(seq "$n"); do
+		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --http "127.0.0.1:179${i}2" "$@" >"$work/n$i.log" 2>&1 &
+		pids+=($!)
+	done
+	wait_ready 127.0.0.1:17910 || { echo "cluster of $n did not settle:"; tail -5 "$work"/n*.log; exit 1; }
 }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"

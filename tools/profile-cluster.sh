@@ -21,18 +21,8 @@ OUT=${OUT:-/tmp/baton-prof}
 TOP=${TOP:-25}
 mkdir -p "$OUT"
 
-pids=()
-stopall() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done; pids=(); }
-trap 'stopall; rm -rf "$work"' EXIT
-
-peers=""
-for i in 1 2 3; do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
-for i in 1 2 3; do
-	bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --shards "$SHARDS" --http "127.0.0.1:179${i}2" \
-		${BATOND_FLAGS:-} >"$work/n$i.log" 2>&1 &
-	pids+=($!)
-done
-wait_ready 127.0.0.1:17910 || { echo "cluster did not settle:"; tail -5 "$work"/n*.log; exit 1; }
+# shellcheck disable=SC2086 # BATOND_FLAGS are words
+start_cluster 3 --shards "$SHARDS" ${BATOND_FLAGS:-}
 
 echo "3 nodes, $SHARDS shards, $CONNS x $DEPTH for $DURATION, profiles of ${SECONDS_}s from 2s in"
 bin/baton bench --addr 127.0.0.1:17910 --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" --warmup 0 \
@@ -49,5 +39,5 @@ wait "$bench"
 echo "cycles/s=$(jq -r '.cycles_per_sec | floor' "$work/r.json") acquire_p50_us=$(jq -r '.acquire_us.p50' "$work/r.json") errors=$(jq -c '.errors' "$work/r.json")"
 for i in 1 2 3; do
 	echo "== node $i: $(curl -s "http://127.0.0.1:179${i}2/status" | jq -c '[.shards[] | .role]' 2>/dev/null)"
-	go tool pprof -top -cum -nodecount "$TOP" "bin/batond" "$OUT/node$i.pprof" 2>/dev/null | sed -n '1,5p;6,$p'
+	go tool pprof -top -cum -nodecount "$TOP" "bin/batond" "$OUT/node$i.pprof" 2>/dev/null
 done
