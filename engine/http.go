@@ -12,13 +12,14 @@ import (
 // HTTPHandler serves /metrics (Prometheus text: the node's series, then
 // dragonboat's and the process's), /healthz (200 when a leader is known for
 // every shard, else 503 with the reasons), /status (JSON, package status)
-// and Go's profiler under /debug/pprof/. None of them walks the lock table.
+// and Go's profiler and execution tracer under /debug/pprof/. None of them walks the lock table.
 // GET /backup streams a backup of the lock table (serveBackup), which does.
 func (n *Node) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		n.metrics.set.WritePrometheus(w)

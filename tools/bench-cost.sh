@@ -8,8 +8,10 @@
 #
 #   tools/bench-cost.sh                   # CONFIGS="--shards 1|--shards 4" RUNS=3 CONNS=16 DEPTH=16 DURATION=8s
 #   CONFIGS="--raft-transport baton|--raft-transport dragonboat" tools/bench-cost.sh
+#   CONFIGS="bin=/tmp/base|bin=bin" tools/bench-cost.sh   # two builds (dirs with batond)
 #
-# CONFIGS is a list of batond flag sets separated by '|'. Per-cycle CPU is
+# CONFIGS is a list of batond flag sets separated by '|'; a set that starts
+# with bin=DIR runs DIR/batond instead of this tree's. Per-cycle CPU is
 # the process's user+system time divided by the cycles of the run, so it
 # counts every cycle's share of background work (compactions, heartbeats)
 # too; it is steadier than cycles/s on a shared machine, but other load
@@ -35,8 +37,15 @@ counters() {
 echo "3 nodes, $CONNS x $DEPTH, $DURATION per run, $RUNS rounds of: $CONFIGS"
 for run in $(seq "$RUNS"); do
 	for c in "${!configs[@]}"; do
+		flags=${configs[$c]}
+		BATOND=bin/batond
+		if [[ $flags == bin=* ]]; then
+			BATOND=${flags%% *}
+			BATOND=${BATOND#bin=}/batond
+			[[ $flags == *" "* ]] && flags=${flags#* } || flags=""
+		fi
 		# shellcheck disable=SC2086 # a configuration is words
-		start_cluster 3 ${configs[$c]}
+		start_cluster 3 $flags
 		counters >"$work/before"
 		bin/baton bench --addr 127.0.0.1:17910 --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" --warmup 0 \
 			--quiet --json "$work/r.json" >/dev/null

@@ -43,8 +43,10 @@ start() {
 
 # A cluster for the scripts that measure several nodes: node i listens on
 # 127.0.0.1:179i0 (clients), 179i1 (Raft) and 179i2 (--http); pids are its
-# processes while it runs.
+# processes while it runs. BATOND is the batond it runs (this tree's build
+# unless a script says otherwise).
 pids=()
+BATOND=${BATOND:-bin/batond}
 
 # stop_cluster ends the cluster started last.
 stop_cluster() {
@@ -62,7 +64,7 @@ start_cluster() {
 	rm -rf "$work"/n*
 	for i in $(seq "$n"); do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
 	for i in $(seq "$n"); do
-		bin/batond --id "$i" --peers "$peers" --data "$work/n$i" --http "127.0.0.1:179${i}2" "$@" >"$work/n$i.log" 2>&1 &
+		"$BATOND" --id "$i" --peers "$peers" --data "$work/n$i" --http "127.0.0.1:179${i}2" "$@" >"$work/n$i.log" 2>&1 &
 		pids+=($!)
 	done
 	wait_ready 127.0.0.1:17910 || { echo "cluster of $n did not settle:"; tail -5 "$work"/n*.log; exit 1; }
