@@ -31,6 +31,12 @@ const (
 	// compacts the log each time; every 10,000 entries that was about once a
 	// second under load and doubled the open-loop p99 (BENCHMARKS.md).
 	DefaultSnapshotEntries = 100000
+	// DefaultSnapshotBytes is how many bytes of entries a shard's Raft log
+	// takes in before a snapshot is requested (snapshots.go), whatever
+	// SnapshotEntries says: entries of 1,000 commands made 100,000 of them
+	// gigabytes of log, which the log store flushed and compacted over and
+	// over before the snapshot let it delete them.
+	DefaultSnapshotBytes = 16 << 20
 )
 
 // Peer is one member of the cluster.
@@ -56,6 +62,10 @@ type Config struct {
 	// SnapshotEntries is the number of applied entries of a shard between
 	// two snapshots (and log compactions); 0 means DefaultSnapshotEntries.
 	SnapshotEntries uint64
+	// SnapshotBytes is the size of the entries applied to a shard after
+	// which a snapshot (and log compaction) is requested, even before
+	// SnapshotEntries; 0 means DefaultSnapshotBytes.
+	SnapshotBytes uint64
 	// RaftLog is the Raft log store, RaftLogBaton or RaftLogDragonboat;
 	// "" means the one DataDir was created with, or DefaultRaftLog for a
 	// new one. It cannot change for an existing data dir.

@@ -81,9 +81,10 @@ type Node struct {
 	dir        *dataDir
 	db         *pebble.DB
 	nh         *dragonboat.NodeHost
-	raft       proposer // nh, where proposals go
-	shards     []*shard // shards[id-1]
-	proposerID uint64   // random per start: tells our entries from replays
+	raft       proposer    // nh, where proposals go
+	snapshots  snapshotter // nh, which takes snapshots on request
+	shards     []*shard    // shards[id-1]
+	proposerID uint64      // random per start: tells our entries from replays
 	sessions   []*client.Session
 	server     *server
 	tlsServer  *tlsServer // nil without Config.TLSListen
@@ -116,6 +117,9 @@ func Start(cfg Config) (*Node, error) {
 	}
 	if cfg.SnapshotEntries == 0 {
 		cfg.SnapshotEntries = DefaultSnapshotEntries
+	}
+	if cfg.SnapshotBytes == 0 {
+		cfg.SnapshotBytes = DefaultSnapshotBytes
 	}
 	if cfg.RaftTransport == "" {
 		cfg.RaftTransport = DefaultRaftTransport
@@ -193,6 +197,7 @@ func (n *Node) start() error {
 		return fmt.Errorf("start raft on %s: %w", n.cfg.raftListen(), err)
 	}
 	n.raft = n.nh
+	n.snapshots = n.nh
 	members := make(map[uint64]dragonboat.Target, len(n.cfg.Peers))
 	for i, p := range n.cfg.Peers {
 		members[uint64(i+1)] = p.RaftAddr
@@ -217,9 +222,10 @@ func (n *Node) start() error {
 		n.sessions = append(n.sessions, n.nh.GetNoOPSession(s.id))
 	}
 	for _, s := range n.shards {
-		n.loops.Add(2)
+		n.loops.Add(3)
 		go func() { defer n.loops.Done(); s.runTimers(n.stopC) }()
 		go func() { defer n.loops.Done(); n.runProposer(s) }()
+		go func() { defer n.loops.Done(); n.runSnapshots(s) }()
 		n.watchers.Add(1)
 		go func() { defer n.watchers.Done(); n.watchResults(s) }()
 		if n.clustered() {
@@ -256,7 +262,7 @@ func (n *Node) logStarted() {
 	me := n.cfg.Peers[n.cfg.ID-1]
 	n.log.Info("batond started", "id", n.cfg.ID, "client", me.ClientAddr, "raft", me.RaftAddr,
 		"raft_listen", n.cfg.raftListen(), "data", n.cfg.DataDir, "shards", n.cfg.Shards,
-		"peers", joinPeers(n.cfg.peerStrings()), "rtt", n.cfg.RTT.String(), "snapshot_entries", n.cfg.SnapshotEntries,
+		"peers", joinPeers(n.cfg.peerStrings()), "rtt", n.cfg.RTT.String(), "snapshot_entries", n.cfg.SnapshotEntries, "snapshot_bytes", n.cfg.SnapshotBytes,
 		"raft_log", n.cfg.RaftLog, "raft_transport", n.cfg.RaftTransport, "limits", n.cfg.Limits,
 		"tls", n.cfg.TLSListen, "raft_tls", n.cfg.RaftTLS != nil, "auth", n.secretHash != nil)
 }

@@ -1,18 +1,11 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
-
-	"github.com/baton-dev/baton/codec"
-	sm "github.com/baton-dev/baton/statemachine"
-	"github.com/baton-dev/baton/tools/harness"
 )
 
 // BenchmarkScrape serves /metrics, /status and /healthz of a real single
@@ -26,7 +19,7 @@ import (
 func BenchmarkScrape(b *testing.B) {
 	for _, locks := range []int{0, 1_000_000} {
 		b.Run(fmt.Sprintf("locks=%d", locks), func(b *testing.B) {
-			n := startBenchNode(b)
+			n := startTestNode(b, nil)
 			holdLocks(b, n, locks)
 			if got := n.status().Held; got != int64(locks) {
 				b.Fatalf("the node holds %d locks, want %d", got, locks)
@@ -57,74 +50,3 @@ type discardResponse struct {
 func (d *discardResponse) Header() http.Header         { return d.header }
 func (d *discardResponse) Write(p []byte) (int, error) { return io.Discard.Write(p) }
 func (d *discardResponse) WriteHeader(code int)        { d.code = code }
-
-// startBenchNode starts a single node of 4 shards and waits until it serves
-// every shard; it is stopped when b ends.
-func startBenchNode(b *testing.B) *Node {
-	b.Helper()
-	addrs := harness.FreeAddrs(b, 2)
-	n, err := Start(Config{
-		ID: 1, Peers: []Peer{{RaftAddr: addrs[0], ClientAddr: addrs[1]}}, DataDir: b.TempDir(), Shards: 4,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = n.Stop(ctx)
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for !n.status().Healthy || !allServing(n) {
-		if time.Now().After(deadline) {
-			b.Fatalf("the node does not serve every shard after 30s: %v", n.problems())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return n
-}
-
-func allServing(n *Node) bool {
-	for _, s := range n.status().Shards {
-		if !s.Serving {
-			return false
-		}
-	}
-	return true
-}
-
-// holdLocks grants count locks of a day's lease, spread over the shards by
-// their keys, in entries of 10,000 Grants, and returns once all applied.
-func holdLocks(b *testing.B, n *Node, count int) {
-	b.Helper()
-	const perEntry = 10_000
-	batches := make([]sm.Batch, len(n.shards))
-	flush := func(s *shard) {
-		batch := &batches[s.id-1]
-		// The node's own proposer, so that its fence admits the entry, with
-		// seq 0, which none of its proposals has: it answers no request.
-		rs, err := n.raft.Propose(n.sessions[s.id-1], batch.Seal(sm.Header{Proposer: n.proposerID}), time.Minute)
-		if err != nil {
-			b.Fatalf("propose: %v", err)
-		}
-		if r := <-rs.ResultC(); !r.Completed() {
-			b.Fatalf("an entry of %d Grants did not apply", batch.Len())
-		}
-		rs.Release()
-		batch.Reset()
-	}
-	for i := range count {
-		key := fmt.Appendf(nil, "held/%d", i)
-		s := n.shardFor(key)
-		batches[s.id-1].Append(sm.Command{Op: sm.OpGrant, Key: key, LeaseMs: codec.MaxLeaseMs})
-		if batches[s.id-1].Len() == perEntry {
-			flush(s)
-		}
-	}
-	for _, s := range n.shards {
-		if batches[s.id-1].Len() > 0 {
-			flush(s)
-		}
-	}
-}

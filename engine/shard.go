@@ -76,6 +76,10 @@ type shard struct {
 	trailing   map[uint32][]trailingAnswer // answers held back behind an R or K in flight (order.go)
 	nextTrail  uint32
 
+	// logged: the entries applied since the last snapshot the engine
+	// asked for (snapshots.go).
+	logged logSince
+
 	// inflightCmds: the commands of the proposals in inflight, which with
 	// those of pending is what MaxPendingCommands bounds.
 	inflightCmds int
@@ -99,6 +103,7 @@ type shard struct {
 	proposeMu   sync.Mutex          // orders Propose calls: see Node.proposePending
 	kick        chan struct{}       // wakes the proposer
 	timerKick   chan struct{}       // wakes the timer goroutine: an earlier deadline
+	snapKick    chan struct{}       // wakes the snapshotter: the log took in SnapshotBytes (snapshots.go)
 	results     chan inflightResult // proposals for the watcher; never full when a proposer sends
 	inFlight    atomic.Int64        // proposals sent to results whose outcome the watcher has not taken
 	resultsFull atomic.Bool         // a proposer stopped at MaxProposalsInFlight: the watcher kicks it
@@ -114,6 +119,7 @@ func newShard(n *Node, id uint64) *shard {
 		keys:      make(map[string]*keyState),
 		kick:      make(chan struct{}, 1),
 		timerKick: make(chan struct{}, 1),
+		snapKick:  make(chan struct{}, 1),
 		readKick:  make(chan struct{}, 1),
 		// This is where MaxProposalsInFlight is kept: a proposer proposes
 		// only while fewer are in flight (resultsAreFull).

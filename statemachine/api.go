@@ -304,10 +304,15 @@ type Result struct {
 // the table applies only batches of the fence's Proposer; any other
 // proposer's batch is answered Fenced and changes nothing. A fence has no
 // commands and its Proposer is not 0 (Seal panics otherwise).
+//
+// Size is not encoded: Update sets it to the entry's size in the Raft log
+// (its command's bytes) before it tells the observer, which may bound the
+// log by bytes with it.
 type Header struct {
 	Proposer uint64
 	Seq      uint64
 	Fence    bool
+	Size     int
 }
 
 // Lock is one held lock as the table stores it.

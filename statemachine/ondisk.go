@@ -345,6 +345,7 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 			// entry keeps them identical.
 			continue
 		}
+		h.Size = len(e.Cmd)
 		// The entry's change and its Applied under the observer's lock,
 		// so that the observer never sees one without the other.
 		lk.Lock()

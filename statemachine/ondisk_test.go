@@ -177,6 +177,13 @@ func TestUpdateResultsAndObserver(t *testing.T) {
 	if !reflect.DeepEqual(calls, want) {
 		t.Fatalf("observer got\n%+v\nwant\n%+v", calls, want)
 	}
+	// Each entry's size in the log, which the engine bounds the log by.
+	obs.mu.Lock()
+	sizes := slices.Clone(obs.sizes)
+	obs.mu.Unlock()
+	if want := []int{len(ents[0].Cmd), len(ents[3].Cmd), len(ents[4].Cmd)}; !slices.Equal(sizes, want) {
+		t.Fatalf("Header.Size told %v, want the entries' sizes %v", sizes, want)
+	}
 	syncSM(t, s)
 	if got, _, _ := s.readMeta(); got.applied != 5 {
 		t.Errorf("meta applied = %d, want 5", got.applied)

@@ -71,6 +71,9 @@ Flags:
                   take a Raft snapshot and compact the log every N applied
                   entries of a shard (default 100000); a follower further
                   behind than the log kept catches up from a snapshot
+  --snapshot-bytes N
+                  take one sooner, once the entries applied to a shard since
+                  the last one reach N bytes (default 16777216)
   --raft-log NAME the Raft log store, fixed when the data dir is created:
                   baton (syncs term, vote, entries and snapshots, not a
                   change of the commit index alone) or dragonboat (its own
@@ -155,6 +158,7 @@ type options struct {
 	raftListen    string
 	rtt           time.Duration
 	snapEvery     uint64
+	snapBytes     uint64
 	logLevel      string
 	logFormat     string
 	raftLog       string
@@ -219,7 +223,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := engine.Config{
 		ID: opts.id, Peers: peers, RaftListen: opts.raftListen, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt,
-		SnapshotEntries: opts.snapEvery, RaftLog: opts.raftLog, RaftTransport: opts.raftTransport, Restore: opts.restore, Limits: opts.limits, Logger: log,
+		SnapshotEntries: opts.snapEvery, SnapshotBytes: opts.snapBytes, RaftLog: opts.raftLog, RaftTransport: opts.raftTransport, Restore: opts.restore, Limits: opts.limits, Logger: log,
 	}
 	if err := opts.security(&cfg); err != nil {
 		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
@@ -263,6 +267,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.raftListen, "raft-listen", "", "")
 	fs.DurationVar(&o.rtt, "rtt", 10*time.Millisecond, "")
 	fs.Uint64Var(&o.snapEvery, "snapshot-entries", engine.DefaultSnapshotEntries, "")
+	fs.Uint64Var(&o.snapBytes, "snapshot-bytes", engine.DefaultSnapshotBytes, "")
 	fs.StringVar(&o.logLevel, "log-level", "info", "")
 	fs.StringVar(&o.logFormat, "log-format", "text", "")
 	fs.StringVar(&o.raftLog, "raft-log", "", "")
