@@ -443,7 +443,11 @@ func TestViaClientOpenLoop(t *testing.T) {
 	})
 	t.Run("falls behind", func(t *testing.T) {
 		closed := run(t, Config{Conns: 1, Depth: 1, Keys: 10, Duration: 300 * time.Millisecond})
-		rate := 2 * closed.CyclesPerSec // twice what one cycle in flight can do
+		// Four times what one cycle in flight did: the 300 ms closed-loop
+		// measure can come out low on a loaded machine (in CI once at 0.6
+		// of what the open loop then did, which at twice the rate fell
+		// behind by less than a tenth of a second's cycles).
+		rate := 4 * closed.CyclesPerSec
 		res := run(t, Config{Conns: 1, Depth: 1, Keys: 10, Duration: 500 * time.Millisecond, Rate: rate})
 		if !res.FellBehind() || len(res.Notes) == 0 || res.AcquireUs.P99 < 10*closed.AcquireUs.P99 {
 			t.Fatalf("rate %.0f against %.0f cycles/s through the client: behind %d, p99 %dus (closed loop %dus)",

@@ -25,8 +25,14 @@ import (
 // (snapshotOverhead) so that a follower a little behind catches up from the
 // log rather than from a snapshot of the whole table.
 
-// snapshotTimeout bounds one requested snapshot.
-const snapshotTimeout = time.Minute
+const (
+	// snapshotTimeout bounds one requested snapshot.
+	snapshotTimeout = time.Minute
+	// snapshotRetry is the pause after a request dragonboat refused (one
+	// of its own snapshots under way, the shard not ready): every applied
+	// entry kicks the snapshotter while the count is over the bound.
+	snapshotRetry = 100 * time.Millisecond
+)
 
 // snapshotter is the part of dragonboat's NodeHost that takes snapshots on
 // request.
@@ -71,6 +77,11 @@ func (n *Node) runSnapshots(s *shard) {
 		}
 		if err := n.requestSnapshot(s, since); err != nil {
 			n.log.Debug("snapshot by log size", "shard", s.id, "bytes", since.bytes, "entries", since.entries, "err", err)
+			select {
+			case <-n.stopC:
+				return
+			case <-time.After(snapshotRetry):
+			}
 		}
 	}
 }
