@@ -42,7 +42,8 @@
 //
 // Dragonboat keeps each shard's Raft log in the store Config.RaftLog names:
 // engine/raftlog, baton's own (it does not sync a change of the commit
-// index alone), or dragonboat's (raftStorageConfig). Raft messages travel
+// index alone), or dragonboat's (raftStorageConfig); snapshots.go keeps
+// that log short in bytes as well as in entries. Raft messages travel
 // by the transport Config.RaftTransport names: engine/raftnet, baton's own
 // (a frame per message batch, one write system call each), or
 // dragonboat's TCP transport.
@@ -101,7 +102,7 @@ type Node struct {
 	draining atomic.Bool // stopping: hand leadership off, never pull it
 	stopOnce sync.Once
 	stopC    chan struct{}
-	loops    sync.WaitGroup // timer and proposer goroutines
+	loops    sync.WaitGroup // timer, proposer and snapshotter goroutines (and the others that stop with stopC)
 	watchers sync.WaitGroup // result watchers, which outlive Raft's close
 }
 
