@@ -215,7 +215,7 @@ func (n *Node) start() error {
 			// higher terms when it comes back.
 			PreVote:            true,
 			SnapshotEntries:    n.cfg.SnapshotEntries,
-			CompactionOverhead: n.cfg.SnapshotEntries / 5,
+			CompactionOverhead: keptAfterSnapshot(n.cfg.SnapshotEntries),
 		}
 		if err := n.nh.StartOnDiskReplica(members, false, create, rc); err != nil {
 			return fmt.Errorf("start shard %d: %w", s.id, err)

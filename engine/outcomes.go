@@ -14,7 +14,7 @@ import (
 // calls it (Node.Applied) with s.mu held, as it changed the table.
 func (s *shard) applied(h sm.Header, cmds []sm.Command, results []sm.Result) {
 	now := monoNow()
-	s.countLogged(h.Size, s.node.cfg.SnapshotBytes)
+	s.countLogged(h.Size)
 	var p *proposal
 	if h.Proposer == s.node.proposerID {
 		p = s.match(h.Seq)

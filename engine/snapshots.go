@@ -47,11 +47,12 @@ type logSince struct {
 }
 
 // countLogged adds an applied entry of size bytes to the shard's log count
-// and wakes the snapshotter once the count reaches limit. s.mu is held.
-func (s *shard) countLogged(size int, limit uint64) {
+// and wakes the snapshotter once the count reaches SnapshotBytes. s.mu is
+// held.
+func (s *shard) countLogged(size int) {
 	s.logged.bytes += uint64(size)
 	s.logged.entries++
-	if s.logged.bytes >= limit {
+	if s.logged.bytes >= s.node.cfg.SnapshotBytes {
 		select {
 		case s.snapKick <- struct{}{}:
 		default:
@@ -115,12 +116,17 @@ func (n *Node) requestSnapshot(s *shard, since logSince) error {
 	return nil
 }
 
+// keptAfterSnapshot is how many entries dragonboat keeps below the
+// snapshots it takes every snapshotEntries (config.Config's
+// CompactionOverhead).
+func keptAfterSnapshot(snapshotEntries uint64) uint64 { return snapshotEntries / 5 }
+
 // snapshotOverhead is how many entries the log keeps below a snapshot taken
 // after since: about a quarter of snapshotBytes at since's mean entry size,
 // at least one entry, and no more than dragonboat keeps after its own
-// snapshots (a fifth of snapshotEntries).
+// snapshots (keptAfterSnapshot).
 func snapshotOverhead(since logSince, snapshotBytes, snapshotEntries uint64) uint64 {
-	most := max(snapshotEntries/5, 1)
+	most := max(keptAfterSnapshot(snapshotEntries), 1)
 	if since.bytes == 0 || since.entries == 0 {
 		return most
 	}

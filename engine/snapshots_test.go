@@ -31,6 +31,7 @@ func TestSnapshotOverhead(t *testing.T) {
 // The snapshotter is woken once the count reaches the limit, not before.
 func TestCountLoggedKicksAtTheLimit(t *testing.T) {
 	s := testShard(t)
+	s.node.cfg.SnapshotBytes = 1000
 	kicked := func() bool {
 		select {
 		case <-s.snapKick:
@@ -39,11 +40,11 @@ func TestCountLoggedKicksAtTheLimit(t *testing.T) {
 			return false
 		}
 	}
-	s.countLogged(600, 1000)
+	s.countLogged(600)
 	if kicked() {
 		t.Fatal("kicked at 600 of 1000 bytes")
 	}
-	s.countLogged(400, 1000)
+	s.countLogged(400)
 	if !kicked() {
 		t.Fatal("not kicked at 1000 of 1000 bytes")
 	}

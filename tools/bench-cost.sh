@@ -30,7 +30,7 @@ tick=$(getconf CLK_TCK)
 counters() {
 	local p
 	for p in "${pids[@]}"; do
-		echo "$(awk '{print $14 + $15}' "/proc/$p/stat") $(awk '/^syscr/ {print $2}' "/proc/$p/io") $(awk '/^syscw/ {print $2}' "/proc/$p/io")"
+		echo "$(cpu_ticks "$p") $(awk '/^syscr/ {print $2}' "/proc/$p/io") $(awk '/^syscw/ {print $2}' "/proc/$p/io")"
 	done
 }
 

@@ -7,6 +7,9 @@ command -v jq >/dev/null || { echo "$0 needs jq (apt-get install jq)"; exit 1; }
 make -s build
 work=$(mktemp -d)
 
+# cpu_ticks PID prints the CPU time (user + system, in clock ticks) PID used.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
 # median reads numbers, one per line, and prints their median.
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 

@@ -21,17 +21,15 @@ SHARDS=${SHARDS:-1}
 BATONDS=${BATONDS:-bin/batond}
 tick=$(getconf CLK_TCK)
 
-cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-
 echo "3 nodes, $SHARDS shards, $CONNS x $DEPTH, $ROUNDS rounds of $DURATION, flags: ${BATOND_FLAGS:-none}"
 for BATOND in $BATONDS; do
 	# shellcheck disable=SC2086 # BATOND_FLAGS are words
 	start_cluster 3 --shards "$SHARDS" ${BATOND_FLAGS:-}
 	for round in $(seq "$ROUNDS"); do
-		before=$(cputicks "${pids[1]}")
+		before=$(cpu_ticks "${pids[1]}")
 		bin/baton bench --addr 127.0.0.1:17910 --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" --warmup 0 \
 			--quiet --json "$work/r.json" >/dev/null
-		after=$(cputicks "${pids[1]}")
+		after=$(cpu_ticks "${pids[1]}")
 		cycles=$(jq -r '.cycles' "$work/r.json")
 		echo "[$BATOND] round=$round cycles/s=$(jq -r '.cycles_per_sec | floor' "$work/r.json")" \
 			"follower_cpu_us/cycle=$(awk -v d=$((after - before)) -v c="$cycles" -v t="$tick" 'BEGIN { printf "%.2f", d * 1e6 / t / c }')" \
