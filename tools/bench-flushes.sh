@@ -25,24 +25,28 @@ RAFT_LOG=${RAFT_LOG:-}
 
 dev=$(basename "$(df --output=source "$work" | tail -1)")
 flushes() { awk -v d="$dev" '$3 == d { print $19 }' /proc/diskstats; }
+# writes: completed write requests (a flush is not one of them); an fdatasync
+# that must also write the file's inode costs one more.
+writes() { awk -v d="$dev" '$3 == d { print $8 }' /proc/diskstats; }
 [ -n "$(flushes)" ] || { echo "no flush count for device $dev in /proc/diskstats"; exit 1; }
 
 echo "device $dev, $NODES nodes, $SHARDS shards, $CONNS x $DEPTH, $DURATION, raft log ${RAFT_LOG:-the default}"
-: >"$work/per"; : >"$work/rate"; : >"$work/p50"
+: >"$work/per"; : >"$work/wper"; : >"$work/rate"; : >"$work/p50"
 for run in $(seq "$RUNS"); do
 	# shellcheck disable=SC2086 # BATOND_FLAGS are words
 	start_cluster "$NODES" --shards "$SHARDS" ${RAFT_LOG:+--raft-log "$RAFT_LOG"} ${BATOND_FLAGS:-}
-	before=$(flushes)
+	before=$(flushes) wbefore=$(writes)
 	bin/baton bench --addr 127.0.0.1:17910 --conns "$CONNS" --depth "$DEPTH" --duration "$DURATION" --warmup 0 ${BENCH_FLAGS:-} \
 		--quiet --json "$work/r.json" >/dev/null
-	after=$(flushes)
+	after=$(flushes) wafter=$(writes)
 	stop_cluster
 	cycles=$(jq -r '.cycles' "$work/r.json")
 	requests=$((2 * cycles))
 	per=$(awk -v f=$((after - before)) -v r="$requests" 'BEGIN { printf "%.2f", f / r }')
+	wper=$(awk -v w=$((wafter - wbefore)) -v r="$requests" 'BEGIN { printf "%.2f", w / r }')
 	rate=$(jq -r '.cycles_per_sec | floor' "$work/r.json")
 	p50=$(jq -r '.acquire_us.p50' "$work/r.json")
-	echo "run=$run flushes=$((after - before)) requests=$requests flushes/request=$per cycles/s=$rate acquire_p50_us=$p50 acquire_p99_us=$(jq -r .acquire_us.p99 "$work/r.json") errors=$(jq -c '.errors' "$work/r.json")"
-	echo "$per" >>"$work/per"; echo "$rate" >>"$work/rate"; echo "$p50" >>"$work/p50"
+	echo "run=$run flushes=$((after - before)) requests=$requests flushes/request=$per writes/request=$wper cycles/s=$rate acquire_p50_us=$p50 acquire_p99_us=$(jq -r .acquire_us.p99 "$work/r.json") errors=$(jq -c '.errors' "$work/r.json")"
+	echo "$per" >>"$work/per"; echo "$wper" >>"$work/wper"; echo "$rate" >>"$work/rate"; echo "$p50" >>"$work/p50"
 done
-echo "MEDIAN flushes/request=$(median <"$work/per") cycles/s=$(median <"$work/rate") acquire_p50_us=$(median <"$work/p50")"
+echo "MEDIAN flushes/request=$(median <"$work/per") writes/request=$(median <"$work/wper") cycles/s=$(median <"$work/rate") acquire_p50_us=$(median <"$work/p50")"

@@ -91,6 +91,8 @@
 //
 // The store lives in DirName under the NodeHost directory; pebble's WAL goes
 // to DirName under NodeHostConfig.WALDir when that is set. Pebble is opened
-// with small memtables (4 MiB, at most 4 queued) and recycles its WAL files,
-// which keeps a WAL sync a data-only flush (see pebbleOptions).
+// with small memtables (4 MiB, at most 4 queued) and recycles its WAL files;
+// every new WAL file is written full of zeros before pebble gets it
+// (prefillFS), so that a WAL sync is a data-only flush from the first save
+// on (see pebbleOptions and prefill.go).
 package raftlog

@@ -23,11 +23,17 @@ func init() {
 
 const testDir = "/data/node/baton-raftlog"
 
+// testWALPrefill is the prefill of the WAL files of stores opened by
+// openStore: big enough that pebble's first WAL files (its first memtables
+// are small, growing to memTableSize) end inside it, small enough that
+// tests opening dozens of stores in memory stay quick.
+const testWALPrefill = 2 << 20
+
 // openStore opens a store on fs (an in-memory one unless the test needs a
 // power loss) and closes it when the test ends, if the test did not.
 func openStore(t *testing.T, fs vfs.FS) *LogDB {
 	t.Helper()
-	db, err := Open(testDir, Options{fs: fs})
+	db, err := Open(testDir, Options{fs: fs, walPrefill: testWALPrefill})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,14 @@ func Open(dir string, opts Options) (*LogDB, error) {
 		walDir = opts.WALDir
 	}
 	busy := newBusyMonitor(opts.Callback)
-	db, err := pebble.Open(dir, pebbleOptions(fs, walDir, busy.events()))
+	prefill := prefillFS{FS: fs, walDir: dir, size: walPrefillSize}
+	if walDir != "" {
+		prefill.walDir = walDir
+	}
+	if opts.walPrefill != 0 {
+		prefill.size = opts.walPrefill
+	}
+	db, err := pebble.Open(dir, pebbleOptions(prefill, walDir, busy.events()))
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open pebble in %s: %w", dir, err)
 	}

@@ -35,6 +35,9 @@ type Options struct {
 	// fs replaces the operating system's file system; tests use pebble's
 	// strict in-memory one to drop unsynced writes as a power loss would.
 	fs vfs.FS
+	// walPrefill, when not zero, replaces walPrefillSize: tests that open
+	// many stores in memory keep their WAL files small.
+	walPrefill int
 }
 
 const (
@@ -61,8 +64,8 @@ const (
 // (Options.Cleaner left nil means pebble.DeleteCleaner; an archiving
 // cleaner would turn recycling off). A recycled WAL file already has its
 // blocks allocated and its size recorded, so the fdatasync that commits a
-// synced write flushes data only, not file-size metadata too; a new,
-// growing WAL file would pay a journal commit on many of its syncs.
+// synced write flushes data only, not file-size metadata too. A new WAL
+// file gets the same from prefillFS, which Open wraps around fs.
 func pebbleOptions(fs vfs.FS, walDir string, events pebble.EventListener) *pebble.Options {
 	opts := &pebble.Options{
 		FS:                          fs,
