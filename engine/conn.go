@@ -18,6 +18,14 @@ type transport interface {
 	// writes this connection's socket (its event loop, its writer
 	// goroutine). It must not block: it is called under shard locks.
 	wake()
+	// writeNow writes b to the socket at once, from any goroutine, without
+	// blocking, and returns how much of it the socket took (what it did
+	// not take, on any error too, is for wake's writer to send, which then
+	// meets the error itself). ok is false for a transport that cannot:
+	// its own writer owns the socket. connState calls it only under mu,
+	// with the connection open and nothing of its own in flight
+	// (writeHeld), which is what keeps answers in order.
+	writeNow(b []byte) (n int, ok bool)
 	// cut closes a connection the limits cut off (connState.cut), without
 	// waiting for whoever writes its socket, which may be blocked on the
 	// client. It is called without cs.mu and must not block.
@@ -38,21 +46,30 @@ type transport interface {
 // Responses are produced on several goroutines (the connection's reader, an
 // event loop or a TLS connection's goroutine, for answers it can give at
 // once, the shards' apply and timer goroutines for the rest). They are
-// appended to out under mu; whoever appends first after a flush asks the
-// transport to flush (wake), so a burst of responses costs one wake-up and
-// one write. out comes from a pool and goes back after each flush, so an
-// idle connection holds no output buffer at all.
+// appended to out under mu; whoever appends first after a flush sees that
+// a flush is due (flushBy) and either asks the transport for one (wake), so
+// a burst of responses costs one wake-up and one write, or, when it is a
+// shard applying an entry, holds the connection and writes what is queued
+// itself once the entry is done (heldAnswers, writeHeld): that saves the
+// event loop's wake-up, a system call and a hand-over to another thread,
+// on every answer that a commit produces. out comes from a pool and goes
+// back after each flush, so an idle connection holds no output buffer at
+// all.
 type connState struct {
 	t   transport
 	adm *admission   // the node's limits and counts
 	m   *nodeMetrics // counts every answer queued here (send, sendParseError)
 
-	mu       sync.Mutex
-	out      *bytebufferpool.ByteBuffer // nil when nothing is queued
-	flushing bool                       // a flush is on its way: the reader serves input, or a wake is queued
-	closed   bool                       // the connection ended (closeConn), or cutOff: drop output, enqueue no waiters
-	waiters  *waiter                    // this connection's unanswered acquires (cprev/cnext list)
-	nwaiters int                        // length of waiters
+	mu      sync.Mutex
+	out     *bytebufferpool.ByteBuffer // nil when nothing is queued
+	flushBy flusher                    // who writes out next, if anyone is to
+	// socketClear: nothing of this connection's is on its way to the
+	// socket (no flush under way, nothing left in gnet's outbound buffer
+	// at the reader's last flush), so writeHeld may write to it directly.
+	socketClear bool
+	closed      bool    // the connection ended (closeConn), or cutOff: drop output, enqueue no waiters
+	waiters     *waiter // this connection's unanswered acquires (cprev/cnext list)
+	nwaiters    int     // length of waiters
 	// cutOff: too many answers wait for the client to take them (cutBy
 	// says which limit); the connection is being closed.
 	cutOff bool
@@ -83,12 +100,24 @@ type connState struct {
 	unsent int64
 }
 
+// flusher says who is to write a connection's queued answers.
+type flusher uint8
+
+const (
+	flushNone flusher = iota // nobody: the next answer queued must see to it
+	flushLoop                // the socket's writer: its reader is serving input, or a wake is queued
+	flushHeld                // a shard applying an entry, at the end of the entry (writeHeld)
+)
+
 func newConnState(t transport, adm *admission, m *nodeMetrics) *connState {
-	return &connState{t: t, adm: adm, m: m}
+	return &connState{t: t, adm: adm, m: m, socketClear: true}
 }
 
-// send appends one response and makes sure it will be flushed.
-func (cs *connState) send(r *codec.Response) {
+// send appends one response and makes sure it will be flushed. h is the
+// answers held by the shard applying an entry, when that is who sends: the
+// shard writes them when the entry is done (heldAnswers.write); nil asks
+// the socket's writer (wake).
+func (cs *connState) send(r *codec.Response, h *heldAnswers) {
 	cs.mu.Lock()
 	if cs.closed {
 		cs.mu.Unlock()
@@ -96,11 +125,12 @@ func (cs *connState) send(r *codec.Response) {
 	}
 	cs.m.answered(r.Op, r.Status, r.Code)
 	cs.buffer().B = codec.AppendResponse(cs.out.B, r)
-	cs.unlockAndWake()
+	cs.unlockAndWake(h)
 }
 
-// sendParseError appends the ERR answer to a malformed request.
-func (cs *connState) sendParseError(r *codec.Request, perr *codec.ParseError) {
+// sendParseError appends the ERR answer to a malformed request; h as for
+// send.
+func (cs *connState) sendParseError(r *codec.Request, perr *codec.ParseError, h *heldAnswers) {
 	cs.mu.Lock()
 	if cs.closed {
 		cs.mu.Unlock()
@@ -108,7 +138,7 @@ func (cs *connState) sendParseError(r *codec.Request, perr *codec.ParseError) {
 	}
 	cs.m.answered(codec.ParseErrorOp(r, perr), codec.StatusErr, bytesOf(perr.Code))
 	cs.buffer().B = codec.AppendParseError(cs.out.B, r, perr)
-	cs.unlockAndWake()
+	cs.unlockAndWake(h)
 }
 
 // buffer returns out, taking one from the pool if needed; mu must be held.
@@ -120,34 +150,97 @@ func (cs *connState) buffer() *bytebufferpool.ByteBuffer {
 }
 
 // unlockAndWake releases mu after an append and, if no flush is on its way,
-// asks the transport for one. Answers not written yet (queued, or in the
-// flush under way) count against MaxUnsentPerConn like those the socket
-// holds: a burst of them (grants of thousands of the connection's waiters
-// in one entry) is cut off here rather than copied into gnet first, and a
-// TLS client that does not read is cut off here.
-func (cs *connState) unlockAndWake() {
+// sees to one: h holds the connection (see send), or the transport is
+// asked. Answers not written yet (queued, or in the flush under way) count
+// against MaxUnsentPerConn like those the socket holds: a burst of them
+// (grants of thousands of the connection's waiters in one entry) is cut
+// off here rather than copied into gnet first, and a TLS client that does
+// not read is cut off here.
+func (cs *connState) unlockAndWake(h *heldAnswers) {
 	cut := int64(len(cs.out.B))+cs.writing.Load() > int64(cs.adm.limits.MaxUnsentPerConn)
 	if cut {
 		cs.cutLocked(limitUnsentPerConn)
 	}
-	wake := !cs.flushing
-	cs.flushing = true
+	first := cs.flushBy == flushNone
+	if first {
+		cs.flushBy = flushLoop
+		if h != nil {
+			cs.flushBy = flushHeld
+		}
+	}
 	cs.mu.Unlock()
-	if wake {
-		cs.t.wake()
+	if first {
+		if h != nil {
+			h.conns = append(h.conns, cs)
+		} else {
+			cs.t.wake()
+		}
 	}
 	if cut {
 		cs.t.cut()
 	}
 }
 
+// writeHeld writes what is queued for a connection a shard held (send with
+// heldAnswers), straight to the socket, under mu, if the reader has not
+// taken the flush over meanwhile. What the socket does not take, or what
+// cannot be written directly (a flush of the reader's under way, bytes left
+// in gnet's buffer, a TLS connection), goes to the socket's writer as
+// before (wake), as does a connection that was cut off, to be closed.
+func (cs *connState) writeHeld() {
+	cs.mu.Lock()
+	if cs.flushBy != flushHeld {
+		cs.mu.Unlock()
+		return // the reader took over: it flushes
+	}
+	if cs.out != nil && !cs.closed && cs.socketClear {
+		n, ok := cs.t.writeNow(cs.out.B)
+		if ok && n == len(cs.out.B) {
+			bytebufferpool.Put(cs.out)
+			cs.out = nil
+		} else if ok {
+			// The rest goes after what the socket took, through the
+			// writer; no direct write until the writer has sent it.
+			cs.out.B = cs.out.B[:copy(cs.out.B, cs.out.B[n:])]
+			cs.socketClear = false
+		}
+	}
+	if cs.out == nil && !cs.cutOff {
+		cs.flushBy = flushNone
+		cs.mu.Unlock()
+		return
+	}
+	cs.flushBy = flushLoop
+	cs.mu.Unlock()
+	cs.t.wake()
+}
+
+// heldAnswers is the connections a shard holds while it applies an entry
+// (shard.applying): the answers the entry produces are queued without
+// waking anyone, and written by the shard once the entry is done, one
+// write per connection.
+type heldAnswers struct {
+	conns []*connState
+}
+
+// write writes every held connection's answers (writeHeld) and forgets
+// them.
+func (h *heldAnswers) write() {
+	for i, cs := range h.conns {
+		cs.writeHeld()
+		h.conns[i] = nil
+	}
+	h.conns = h.conns[:0]
+}
+
 // beginTraffic marks that the reader is about to flush, so that responses
-// produced meanwhile do not queue a redundant wake. It reports whether the
+// produced meanwhile do not queue a redundant wake (and a shard holding
+// the connection leaves the flush to the reader). It reports whether the
 // connection was cut off meanwhile, to be closed instead.
 func (cs *connState) beginTraffic() (cutOff bool) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	cs.flushing = true
+	cs.flushBy = flushLoop
 	return cs.cutOff
 }
 
@@ -160,10 +253,11 @@ func (cs *connState) flush(w io.Writer) (cutOff bool, err error) {
 	cs.mu.Lock()
 	buf := cs.out
 	cs.out = nil
-	cs.flushing = false
+	cs.flushBy = flushNone
 	cutOff = cs.cutOff
 	if buf != nil {
 		cs.writing.Store(int64(len(buf.B)))
+		cs.socketClear = false // until the writer has looked (flushed)
 	}
 	cs.mu.Unlock()
 	if buf == nil {
@@ -173,6 +267,15 @@ func (cs *connState) flush(w io.Writer) (cutOff bool, err error) {
 	cs.writing.Store(0)
 	bytebufferpool.Put(buf)
 	return false, err
+}
+
+// flushed records, after a flush, whether the socket took everything
+// (nothing left in gnet's outbound buffer), which allows direct writes
+// again (writeHeld). Only the socket's writer calls it.
+func (cs *connState) flushed(empty bool) {
+	cs.mu.Lock()
+	cs.socketClear = empty
+	cs.mu.Unlock()
 }
 
 // cut cuts the connection off for limit (unsentLedger's verdicts), unless

@@ -72,11 +72,11 @@ func (s *shard) failProposal(p *proposal, code, text string) {
 		o := &p.origins[i]
 		switch o.kind {
 		case originClient:
-			sendError(o.cs, o.op, bytesOf(o.ks.key), code, text)
+			s.sendError(o.cs, o.op, bytesOf(o.ks.key), code, text)
 			s.answeredClient(o)
 		case originGrant:
 			if !o.w.abandoned { // an abandoned waiter was answered already, or is gone
-				sendError(o.w.cs, codec.OpAcquire, bytesOf(o.ks.key), code, text)
+				s.sendError(o.w.cs, codec.OpAcquire, bytesOf(o.ks.key), code, text)
 			}
 			o.w.abandoned = true
 			// Answers deferred behind it on its connection go out now, in

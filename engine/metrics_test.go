@@ -108,30 +108,30 @@ func TestAnswersCounted(t *testing.T) {
 		series string
 	}{
 		{"A OK", func(cs *connState) {
-			cs.send(&codec.Response{Op: 'A', Key: []byte("k"), Status: codec.StatusOK, Token: 1025})
+			cs.send(&codec.Response{Op: 'A', Key: []byte("k"), Status: codec.StatusOK, Token: 1025}, nil)
 		},
 			`baton_answers_total{op="A",answer="OK"}`},
-		{"R NOTHELD", func(cs *connState) { send(cs, 'R', []byte("k"), codec.StatusNotHeld) },
+		{"R NOTHELD", func(cs *connState) { (&shard{}).send(cs, 'R', []byte("k"), codec.StatusNotHeld) },
 			`baton_answers_total{op="R",answer="NOTHELD"}`},
 		{"Q MOVED", func(cs *connState) {
-			cs.send(&codec.Response{Op: 'Q', Key: []byte("k"), Status: codec.StatusMoved, Addr: []byte("h:1")})
+			cs.send(&codec.Response{Op: 'Q', Key: []byte("k"), Status: codec.StatusMoved, Addr: []byte("h:1")}, nil)
 		},
 			`baton_answers_total{op="Q",answer="MOVED"}`},
-		{"K ERR unavailable", func(cs *connState) { sendError(cs, 'K', []byte("k"), codec.CodeUnavailable, "retry") },
+		{"K ERR unavailable", func(cs *connState) { (&shard{}).sendError(cs, 'K', []byte("k"), codec.CodeUnavailable, "retry") },
 			`baton_answers_total{op="K",answer="ERR",code="unavailable"}`},
-		{"an unknown ERR code", func(cs *connState) { sendError(cs, 'A', []byte("k"), "frobbed", "") },
+		{"an unknown ERR code", func(cs *connState) { (&shard{}).sendError(cs, 'A', []byte("k"), "frobbed", "") },
 			`baton_answers_total{op="A",answer="ERR",code="other"}`},
-		{"malformed A", func(cs *connState) { cs.sendParseError(bad, codec.ErrMissingLease) },
+		{"malformed A", func(cs *connState) { cs.sendParseError(bad, codec.ErrMissingLease, nil) },
 			`baton_answers_total{op="A",answer="ERR",code="badrequest"}`},
-		{"unreadable line", func(cs *connState) { cs.sendParseError(&codec.Request{}, codec.ErrBadOp) },
+		{"unreadable line", func(cs *connState) { cs.sendParseError(&codec.Request{}, codec.ErrBadOp, nil) },
 			`baton_answers_total{op="?",answer="ERR",code="badrequest"}`},
-		{"line too long", func(cs *connState) { cs.sendParseError(bad, codec.ErrTooLong) },
+		{"line too long", func(cs *connState) { cs.sendParseError(bad, codec.ErrTooLong, nil) },
 			`baton_answers_total{op="?",answer="ERR",code="toolong"}`},
-		{"H OK", func(cs *connState) { cs.send(&helloOK) },
+		{"H OK", func(cs *connState) { cs.send(&helloOK, nil) },
 			`baton_answers_total{op="H",answer="OK"}`},
-		{"H ERR auth", func(cs *connState) { cs.send(&helloRefuse) },
+		{"H ERR auth", func(cs *connState) { cs.send(&helloRefuse, nil) },
 			`baton_answers_total{op="H",answer="ERR",code="auth"}`},
-		{"malformed H", func(cs *connState) { cs.sendParseError(&codec.Request{Op: codec.OpHello}, codec.ErrMissingSecret) },
+		{"malformed H", func(cs *connState) { cs.sendParseError(&codec.Request{Op: codec.OpHello}, codec.ErrMissingSecret, nil) },
 			`baton_answers_total{op="H",answer="ERR",code="badrequest"}`},
 	}
 	for _, tc := range tests {

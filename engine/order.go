@@ -92,5 +92,5 @@ func (s *shard) sendTrailing(key []byte, a trailingAnswer) {
 		s.answerNotServing(a.cs, a.op, key)
 		return
 	}
-	sendError(a.cs, a.op, key, a.code, a.text)
+	s.sendError(a.cs, a.op, key, a.code, a.text)
 }

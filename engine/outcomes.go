@@ -11,8 +11,17 @@ import (
 // replica, and the answers on the node that proposed it.
 
 // applied processes one applied entry in log order. The state machine
-// calls it (Node.Applied) with s.mu held, as it changed the table.
+// calls it (Node.Applied) with s.mu held, as it changed the table. The
+// answers the entry produces are written when it is done, one write per
+// connection, by this goroutine (heldAnswers).
 func (s *shard) applied(h sm.Header, cmds []sm.Command, results []sm.Result) {
+	s.applying = true
+	s.applyEntry(h, cmds, results)
+	s.applying = false
+	s.held.write()
+}
+
+func (s *shard) applyEntry(h sm.Header, cmds []sm.Command, results []sm.Result) {
 	now := monoNow()
 	s.countLogged(h.Size)
 	var p *proposal
@@ -145,7 +154,7 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now
 		if res.Code == sm.Released || res.Code == sm.Extended {
 			st = codec.StatusOK
 		}
-		send(o.cs, o.op, c.Key, st)
+		s.send(o.cs, o.op, c.Key, st)
 		s.answeredClient(o)
 	case originGrant:
 		w := o.w
@@ -163,7 +172,7 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now
 			s.handPlace(w)
 			s.finish(w)
 		case w.tryLock:
-			send(w.cs, codec.OpAcquire, c.Key, codec.StatusTimeout)
+			s.send(w.cs, codec.OpAcquire, c.Key, codec.StatusTimeout)
 			s.finish(w)
 		default:
 			w.state = waitQueued // keeps its place; the key was not free after all
@@ -178,7 +187,7 @@ func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) 
 	ks := w.ks
 	live := !failed && !w.abandoned && !w.cs.peerGone(now)
 	if live {
-		w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token})
+		w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token}, s.hold())
 		s.node.metrics.acquireGranted(w.received, now)
 	}
 	s.finish(w)
@@ -232,13 +241,13 @@ func (s *shard) sendDeferred(z *waiter) {
 		return
 	}
 	if z.deferred.token != 0 {
-		z.cs.send(&codec.Response{Op: codec.OpAcquire, Key: key, Status: codec.StatusOK, Token: z.deferred.token})
+		z.cs.send(&codec.Response{Op: codec.OpAcquire, Key: key, Status: codec.StatusOK, Token: z.deferred.token}, s.hold())
 		return
 	}
 	var perr *codec.ParseError
 	if errors.As(z.deferred.err, &perr) {
-		z.cs.sendParseError(&codec.Request{Op: codec.OpAcquire, Key: key}, perr)
+		z.cs.sendParseError(&codec.Request{Op: codec.OpAcquire, Key: key}, perr, s.hold())
 		return
 	}
-	send(z.cs, codec.OpAcquire, key, codec.StatusTimeout)
+	s.send(z.cs, codec.OpAcquire, key, codec.StatusTimeout)
 }

@@ -71,14 +71,14 @@ func (s *shard) regranted(w *waiter, res sm.Result, failed bool, now int64) {
 			s.waits.clear(w)
 			return
 		}
-		w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: res.Token})
+		w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: res.Token}, s.hold())
 		s.finish(w)
 	case res.Code == sm.Granted:
 		s.granted(w, res.Token, true, failed, now)
 	case failed || w.abandoned:
 		s.finish(w)
 	case w.tryLock:
-		send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
 		s.finish(w)
 	default:
 		w.state = waitQueued // waits from where it joined the queue
@@ -121,7 +121,7 @@ func (s *shard) grantSameOwner(ks *keyState, owner string, token uint64) bool {
 				ks.deferred++
 				s.waits.clear(z)
 			} else {
-				z.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token})
+				z.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token}, s.hold())
 				s.finish(z)
 			}
 		}

@@ -30,7 +30,7 @@ type pendingRead struct {
 func (s *shard) queueRead(cs *connState, key []byte) {
 	if len(s.reads) >= s.maxReads {
 		s.node.adm.hits.hit(limitPendingQueries)
-		sendError(cs, codec.OpQuery, key, codec.CodeOverloaded, tooManyReads)
+		s.sendError(cs, codec.OpQuery, key, codec.CodeOverloaded, tooManyReads)
 		return
 	}
 	s.reads = append(s.reads, pendingRead{cs: cs, key: string(key)})

@@ -68,7 +68,7 @@ func (s *shard) badRequest(cs *connState, r *codec.Request, perr *codec.ParseErr
 			return
 		}
 	}
-	cs.sendParseError(r, perr)
+	cs.sendParseError(r, perr, s.hold())
 }
 
 func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
@@ -82,7 +82,7 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		if ks.hasLiveWaiter(cs) {
 			s.deferAnswer(cs, ks, nil)
 		} else {
-			send(cs, codec.OpAcquire, r.Key, codec.StatusTimeout)
+			s.send(cs, codec.OpAcquire, r.Key, codec.StatusTimeout)
 		}
 		s.forgetIfIdle(ks)
 		return
@@ -92,7 +92,7 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		// for. (An acquire that queues adds no command, and a connection's
 		// earlier acquire of the key means it queues: the order of
 		// answers to one (op, key) is kept.)
-		sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, tooManyCommands)
+		s.sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, tooManyCommands)
 		s.forgetIfIdle(ks)
 		return
 	}
@@ -100,7 +100,7 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		if ks.hasLiveWaiter(cs) {
 			s.deferAnswer(cs, ks, &codec.ParseError{Code: codec.CodeOverloaded, Text: s.node.adm.tooManyForKey})
 		} else {
-			sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, s.node.adm.tooManyForKey)
+			s.sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, s.node.adm.tooManyForKey)
 		}
 		return
 	}
@@ -109,7 +109,7 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		w.owner = string(r.Owner)
 	}
 	if res := cs.addWaiter(w); res != added {
-		refuseWaiter(cs, ks, res)
+		s.refuseWaiter(cs, ks, res)
 		s.forgetIfIdle(ks)
 		return
 	}
@@ -134,7 +134,7 @@ func (s *shard) deferAnswer(cs *connState, ks *keyState, err error) {
 	w := &waiter{cs: cs, ks: ks, state: waitDeferred, deferred: deferredAnswer{err: err}, waitIdx: notInHeap, shard: s, received: monoNow()}
 	if res := cs.addWaiter(w); res != added {
 		// Order gives way to the limit: answer now rather than keep more.
-		refuseWaiter(cs, ks, res)
+		s.refuseWaiter(cs, ks, res)
 		return
 	}
 	ks.enqueue(w)
@@ -142,12 +142,12 @@ func (s *shard) deferAnswer(cs *connState, ks *keyState, err error) {
 
 // refuseWaiter answers an acquire that its connection could not take:
 // ERR overloaded past a limit, nothing when the client is gone.
-func refuseWaiter(cs *connState, ks *keyState, res addResult) {
+func (s *shard) refuseWaiter(cs *connState, ks *keyState, res addResult) {
 	switch res {
 	case connFull:
-		sendError(cs, codec.OpAcquire, bytesOf(ks.key), codec.CodeOverloaded, cs.adm.tooManyOnConn)
+		s.sendError(cs, codec.OpAcquire, bytesOf(ks.key), codec.CodeOverloaded, cs.adm.tooManyOnConn)
 	case nodeFull:
-		sendError(cs, codec.OpAcquire, bytesOf(ks.key), codec.CodeOverloaded, cs.adm.tooManyOnNode)
+		s.sendError(cs, codec.OpAcquire, bytesOf(ks.key), codec.CodeOverloaded, cs.adm.tooManyOnNode)
 	}
 }
 
@@ -179,7 +179,7 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 			// Nothing holds the key and nothing is in flight for it, and a
 			// single node cannot have lost its leadership: the answer is
 			// certain without a round through Raft.
-			send(cs, r.Op, r.Key, codec.StatusNotHeld)
+			s.send(cs, r.Op, r.Key, codec.StatusNotHeld)
 			return
 		}
 		// In a cluster "nothing holds it" may be a stale view: a leader
@@ -206,7 +206,7 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 func (s *shard) query(cs *connState, key []byte, now int64) {
 	slot, held := s.table.Find(key)
 	if !held {
-		send(cs, codec.OpQuery, key, codec.StatusFree)
+		s.send(cs, codec.OpQuery, key, codec.StatusFree)
 		return
 	}
 	remaining := s.leases.deadlineOf(slot) - now
@@ -217,7 +217,7 @@ func (s *shard) query(cs *connState, key []byte, now int64) {
 		Op: codec.OpQuery, Key: key, Status: codec.StatusHeld, Token: s.table.Token(slot),
 		RemainingMs: uint64((remaining + int64(time.Millisecond) - 1) / int64(time.Millisecond)),
 		Owner:       bytesOf(s.table.Owner(slot)),
-	})
+	}, s.hold())
 }
 
 // answerNotServing answers a request this node cannot serve now: MOVED to
@@ -225,11 +225,11 @@ func (s *shard) query(cs *connState, key []byte, now int64) {
 func (s *shard) answerNotServing(cs *connState, op byte, key []byte) {
 	if s.leaderID != s.node.cfg.ID {
 		if addr := s.node.movedAddr(cs, s.leaderID); addr != "" {
-			cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusMoved, Addr: bytesOf(addr)})
+			cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusMoved, Addr: bytesOf(addr)}, s.hold())
 			return
 		}
 	}
-	sendError(cs, op, key, codec.CodeUnavailable, "leadership is changing or unknown, retry")
+	s.sendError(cs, op, key, codec.CodeUnavailable, "leadership is changing or unknown, retry")
 }
 
 // Texts of ERR overloaded (those that name a configured number are the
@@ -252,10 +252,10 @@ func (s *shard) batchFull() bool {
 	return true
 }
 
-func send(cs *connState, op byte, key []byte, st codec.Status) {
-	cs.send(&codec.Response{Op: op, Key: key, Status: st})
+func (s *shard) send(cs *connState, op byte, key []byte, st codec.Status) {
+	cs.send(&codec.Response{Op: op, Key: key, Status: st}, s.hold())
 }
 
-func sendError(cs *connState, op byte, key []byte, code, text string) {
-	cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusErr, Code: bytesOf(code), Text: bytesOf(text)})
+func (s *shard) sendError(cs *connState, op byte, key []byte, code, text string) {
+	cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusErr, Code: bytesOf(code), Text: bytesOf(text)}, s.hold())
 }

@@ -75,7 +75,7 @@ func (n *Node) serveLines(cs *connState, buf []byte) (used int, closeConn bool) 
 			// The only framing error: a line over the limit. Answer and
 			// close, since where the next line starts is unknown.
 			req = codec.Request{}
-			cs.sendParseError(&req, codec.ErrTooLong)
+			cs.sendParseError(&req, codec.ErrTooLong, nil)
 			return len(buf), true
 		}
 		if size == 0 {
@@ -125,7 +125,7 @@ func (n *Node) badRequest(cs *connState, req *codec.Request, err error) {
 		perr = &codec.ParseError{Code: codec.CodeBadRequest, Text: err.Error()}
 	}
 	if req.Key == nil {
-		cs.sendParseError(req, perr)
+		cs.sendParseError(req, perr, nil)
 		return
 	}
 	n.shardFor(req.Key).badRequest(cs, req, perr)
@@ -148,20 +148,20 @@ func (n *Node) hello(cs *connState, req *codec.Request, parseErr error) bool {
 		if parseErr != nil {
 			n.badRequest(cs, req, parseErr)
 		} else {
-			cs.send(&helloOK)
+			cs.send(&helloOK, nil)
 		}
 		return true
 	}
 	if parseErr == nil && req.Op == codec.OpHello && n.rightSecret(req.Secret) {
 		cs.authed = true
-		cs.send(&helloOK)
+		cs.send(&helloOK, nil)
 		return true
 	}
 	if n.refusals.allow() {
 		n.log.Warn("refused a client without the right secret", "remote", cs.t.remoteAddr(),
 			"refused_since_last_line", n.refusals.take())
 	}
-	cs.send(&helloRefuse)
+	cs.send(&helloRefuse, nil)
 	return false
 }
 

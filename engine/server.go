@@ -96,10 +96,12 @@ func (sv *server) OnTraffic(c gnet.Conn) gnet.Action {
 	if cut, _ := cs.flush(c); cut || closeConn {
 		return gnet.Close
 	}
-	if limit, cut := sv.node.adm.unsent.settle(cs, int64(c.OutboundBuffered())); cut {
+	unsent := c.OutboundBuffered()
+	if limit, cut := sv.node.adm.unsent.settle(cs, int64(unsent)); cut {
 		cs.cut(limit)
 		return gnet.Close
 	}
+	cs.flushed(unsent == 0)
 	return gnet.None
 }
 
@@ -109,6 +111,11 @@ type gnetConn struct{ c gnet.Conn }
 // wake queues an OnTraffic, which flushes; it fails only when the
 // connection is gone.
 func (g gnetConn) wake() { _ = g.c.Wake(nil) }
+
+// writeNow writes to the socket from whichever goroutine calls. gnet closes
+// the socket only after OnClose, which marks the connState closed under the
+// mutex writeHeld holds, so the descriptor is still this connection's.
+func (g gnetConn) writeNow(b []byte) (int, bool) { return writeSocket(g.c.Fd(), b) }
 
 // cut needs nothing: the event loop closes a connection cut off at its next
 // flush, which is on its way (wake).

@@ -76,6 +76,12 @@ type shard struct {
 	trailing   map[uint32][]trailingAnswer // answers held back behind an R or K in flight (order.go)
 	nextTrail  uint32
 
+	// applying: the apply goroutine is in applied, and the answers the
+	// entry produces are held in held, to be written once it is done
+	// (conn.go: heldAnswers).
+	applying bool
+	held     heldAnswers
+
 	// logged: the entries applied since the last snapshot the engine
 	// asked for (snapshots.go).
 	logged logSince
@@ -134,6 +140,15 @@ func newShard(n *Node, id uint64) *shard {
 var epoch = time.Now()
 
 // monoNow is nanoseconds on the monotonic clock.
+// hold returns where answers sent now are held: the entry's, while one is
+// applied; nil (wake the connection's writer) otherwise. mu must be held.
+func (s *shard) hold() *heldAnswers {
+	if s.applying {
+		return &s.held
+	}
+	return nil
+}
+
 func monoNow() int64 { return int64(time.Since(epoch)) }
 
 func msToNanos(ms uint32) int64 { return int64(ms) * int64(time.Millisecond) }

@@ -19,11 +19,12 @@ import (
 // where the tests read them, and the peer never closes.
 type fakeConn struct{}
 
-func (fakeConn) wake()              {}
-func (fakeConn) cut()               {}
-func (fakeConn) recheck()           {}
-func (fakeConn) peerClosed() bool   { return false }
-func (fakeConn) remoteAddr() string { return "test" }
+func (fakeConn) wake()                       {}
+func (fakeConn) writeNow([]byte) (int, bool) { return 0, false }
+func (fakeConn) cut()                        {}
+func (fakeConn) recheck()                    {}
+func (fakeConn) peerClosed() bool            { return false }
+func (fakeConn) remoteAddr() string          { return "test" }
 
 // testShard is a serving leader shard of a one-node cluster.
 func testShard(t *testing.T) *shard {

@@ -204,7 +204,7 @@ func (s *shard) waitDue(w *waiter) {
 			ks.deferred++
 			return
 		}
-		send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
 		s.handPlace(w)
 		s.finish(w)
 		s.forgetIfIdle(ks)
@@ -212,7 +212,7 @@ func (s *shard) waitDue(w *waiter) {
 		// The Grant is in flight: answer now; a new grant that lands is
 		// released (or kept for another acquire of the owner).
 		w.abandoned = true
-		send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
 		s.handPlace(w)
 		s.finish(w)
 	}

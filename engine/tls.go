@@ -254,6 +254,9 @@ func (tc *tlsConn) write() {
 	}
 }
 
+// writeNow implements transport: the writer goroutine owns the TLS stream.
+func (tc *tlsConn) writeNow([]byte) (int, bool) { return 0, false }
+
 // wake implements transport.
 func (tc *tlsConn) wake() {
 	select {

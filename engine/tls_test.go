@@ -178,7 +178,7 @@ func TestTLSCutsOffNonReader(t *testing.T) {
 			text := []byte(strings.Repeat("x", 1000))
 			r := codec.Response{Op: 'Q', Key: []byte("k"), Status: codec.StatusErr, Code: []byte("internal"), Text: text}
 			for sent := 0; sent < 32<<20 && !cs.isClosed(); sent += len(text) {
-				cs.send(&r)
+				cs.send(&r, nil)
 			}
 			// The sweeper starts only now, most likely while the writer is
 			// blocked: it cuts the connection off from outside (recheck).
