@@ -10,7 +10,10 @@
 // goroutine proposes the batch as one Raft entry. When the entry applies,
 // the state machine calls the node's Observer methods on every replica; the
 // shard updates its view of the table and, on the node that proposed the
-// entry, answers the requesters.
+// entry, answers the requesters: the apply goroutine writes each
+// connection's answers of the entry to its socket itself, in one write,
+// and leaves to the connection's event loop only what the socket does not
+// take (conn.go).
 //
 // The shard's view of the table is the table itself: one index of held keys
 // per shard, the state machine's (statemachine.Table), which the shard reads
