@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/tools/harness"
-	"github.com/cockroachdb/pebble"
 	"github.com/lni/dragonboat/v4"
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
@@ -230,22 +229,6 @@ func waitLogCompaction(t *testing.T, nh *dragonboat.NodeHost) {
 	}
 }
 
-// lowestEntry returns the index of the lowest entry of replica 1:1 in the
-// store, live or not (0 if none); reading it while NodeHost runs is safe.
-func lowestEntry(t *testing.T, db *LogDB) uint64 {
-	t.Helper()
-	it := db.db.NewIter(&pebble.IterOptions{
-		LowerBound: indexKey(prefixEntry, 1, 1, 0),
-		UpperBound: replicaRangeEnd(prefixEntry, 1, 1),
-	})
-	defer it.Close()
-	if !it.First() {
-		return 0
-	}
-	index, _ := keyIndex(it.Key())
-	return index
-}
-
 // waitFor waits until cond holds, checking it every few milliseconds, for
 // what dragonboat does in the background.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -309,7 +292,7 @@ func TestNodeHostRestart(t *testing.T) {
 				applied++
 				propose(t, n.nh, int(applied))
 				waitFor(t, "entries up to the snapshot removed", func() bool {
-					return lowestEntry(t, n.factory.db) > snapshotIndex
+					return lowestEntry(t, n.factory.db, 1, 1) > snapshotIndex
 				})
 				waitLogCompaction(t, n.nh)
 			}
@@ -349,7 +332,7 @@ func TestNodeHostRestart(t *testing.T) {
 				}
 				// Dragonboat removed the entries the snapshot covers,
 				// and the rest replays from just after it.
-				if low := lowestEntry(t, db); low <= snapshotIndex {
+				if low := lowestEntry(t, db, 1, 1); low <= snapshotIndex {
 					t.Fatalf("lowest entry %d, the snapshot is at %d", low, snapshotIndex)
 				}
 				if rs.FirstIndex < ss.Index || rs.FirstIndex > ss.Index+1 {

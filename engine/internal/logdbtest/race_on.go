@@ -1,0 +1,5 @@
+//go:build race
+
+package logdbtest
+
+const raceEnabled = true

@@ -1,0 +1,265 @@
+package seglog
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/baton-dev/baton/engine/internal/durable"
+	"github.com/cockroachdb/pebble/vfs"
+	"github.com/lni/dragonboat/v4/raftio"
+)
+
+// write appends rec (headerSize reserved bytes, then a recBatch payload),
+// applies it to the index, and, if mustSync, returns only once it is
+// synced. The index changes as soon as the record is in the file, before
+// the sync, so that the index always follows the log's order; a failed
+// sync fails this call and every later write, as does a failed write.
+func (l *LogDB) write(rec []byte, mustSync bool) error {
+	if len(rec)-headerSize > maxPayload {
+		return fmt.Errorf("seglog: record of %d bytes, at most %d", len(rec)-headerSize, maxPayload)
+	}
+	l.mu.Lock()
+	seq, payloadOff, err := l.appendLocked(recBatch, rec)
+	if err == nil {
+		l.idx.mu.Lock()
+		err = l.idx.apply(recBatch, rec[headerSize:], seq, payloadOff, true)
+		l.idx.mu.Unlock()
+		if err != nil {
+			// The record is in the log and the index does not hold
+			// it: stop writing rather than diverge further.
+			l.err = err
+		}
+	}
+	end := l.written
+	l.mu.Unlock()
+	if err != nil || !mustSync {
+		return err
+	}
+	return l.syncTo(end)
+}
+
+// appendLocked writes the record at the end of the active segment, first
+// starting a new segment if it does not fit, and returns where its payload
+// went. Callers hold mu.
+func (l *LogDB) appendLocked(typ byte, rec []byte) (seq uint64, payloadOff int64, err error) {
+	if l.err != nil {
+		return 0, 0, l.err
+	}
+	if l.off+int64(len(rec)) > l.active.size {
+		if err := l.rotate(int64(len(rec))); err != nil {
+			l.err = err
+			return 0, 0, err
+		}
+	}
+	sealRecord(rec, l.active.seq, typ)
+	if _, err := l.w.Write(rec); err != nil {
+		l.err = fmt.Errorf("seglog: write %s at %d: %w", l.active.path, l.off, err)
+		return 0, 0, l.err
+	}
+	payloadOff = l.off + headerSize
+	l.off += int64(len(rec))
+	l.written += uint64(len(rec))
+	return l.active.seq, payloadOff, nil
+}
+
+// syncTo returns once the first end bytes written since Open are synced.
+// This is the group commit: one goroutine syncs at a time, outside mu, so
+// that others keep appending meanwhile; those that need a sync wait for
+// it, and the first of them to wake syncs everything written by then, for
+// all of them at once.
+func (l *LogDB) syncTo(end uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.durable < end {
+		if l.err != nil {
+			return l.err
+		}
+		if l.syncing {
+			l.synced.Wait()
+			continue
+		}
+		l.syncing = true
+		w, target, path := l.w, l.written, l.active.path
+		l.mu.Unlock()
+		err := w.Sync()
+		l.mu.Lock()
+		l.syncing = false
+		l.synced.Broadcast()
+		if err != nil {
+			if l.err == nil {
+				l.err = fmt.Errorf("seglog: sync %s: %w", path, err)
+			}
+			return l.err
+		}
+		l.durable = max(l.durable, target)
+	}
+	return nil
+}
+
+// rotate starts a new active segment with room for a record of need bytes
+// after its checkpoint, then retires the segments no live entry points
+// into. Callers hold mu.
+//
+// Order matters for power loss: the old segment is synced before the new
+// one's checkpoint names its end (so reading it up to there never meets a
+// torn record), the new file and its name are durable before anything is
+// written in it, and the checkpoint is synced before any older segment is
+// retired (so the metadata an old segment held is never only there).
+func (l *LogDB) rotate(need int64) error {
+	for l.syncing {
+		l.synced.Wait()
+	}
+	if l.w != nil {
+		if err := l.w.Sync(); err != nil {
+			return fmt.Errorf("seglog: sync %s: %w", l.active.path, err)
+		}
+		l.durable = l.written
+		l.active.end = l.off
+	}
+	ckpt, liveSegs, err := l.checkpoint()
+	if err != nil {
+		return err
+	}
+	size := max(l.segmentSize, int64(len(ckpt))+need)
+	if size > maxSegmentSize {
+		return fmt.Errorf("seglog: a segment of %d bytes is needed, at most %d", size, int64(maxSegmentSize))
+	}
+	seg, w, err := l.createSegment(l.nextSeq, size)
+	if err != nil {
+		return err
+	}
+	l.nextSeq++
+	sealRecord(ckpt, seg.seq, recCheckpoint)
+	_, err = w.Write(ckpt)
+	if err == nil {
+		err = w.Sync()
+	}
+	if err != nil {
+		_ = w.Close()
+		_ = seg.r.Close()
+		return fmt.Errorf("seglog: write checkpoint %s: %w", seg.path, err)
+	}
+	if l.w != nil {
+		if err := l.w.Close(); err != nil {
+			return fmt.Errorf("seglog: close %s: %w", l.active.path, err)
+		}
+	}
+	l.active, l.w, l.off = seg, w, int64(len(ckpt))
+	l.written += uint64(len(ckpt))
+	l.durable = l.written
+
+	l.files.Lock()
+	l.segs[seg.seq] = seg
+	var dead []*segment
+	for seq, s := range l.segs {
+		if s != seg && !liveSegs[seq] {
+			dead = append(dead, s)
+			delete(l.segs, seq)
+		}
+	}
+	l.files.Unlock()
+	for _, s := range dead {
+		l.retire(s)
+	}
+	return nil
+}
+
+// checkpoint returns the payload of the next segment's checkpoint record
+// (after headerSize reserved bytes): every replica's metadata, then each
+// segment still holding live entries with its end. It also returns those
+// segments. Callers hold mu, so no record is applied meanwhile.
+func (l *LogDB) checkpoint() ([]byte, map[uint64]bool, error) {
+	l.idx.mu.RLock()
+	ckpt, err := l.idx.appendCheckpoint(make([]byte, headerSize, 4096))
+	liveSegs := make(map[uint64]bool, len(l.idx.live))
+	for seq := range l.idx.live {
+		liveSegs[seq] = true
+	}
+	l.idx.mu.RUnlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	seqs := make([]uint64, 0, len(liveSegs))
+	for seq := range liveSegs {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs)
+	for _, seq := range seqs {
+		s := l.segs[seq]
+		if s == nil {
+			return nil, nil, fmt.Errorf("seglog: live entries in segment %d, which is not open", seq)
+		}
+		ckpt = appendPosOp(ckpt, opSegment, raftio.NodeInfo{}, seq, uint64(s.end))
+	}
+	return ckpt, liveSegs, nil
+}
+
+// createSegment creates segment seq of at least size bytes, recycling a
+// spare when one is large enough and zero-filling a new file otherwise, and
+// syncs the directory so that its name survives a power loss.
+func (l *LogDB) createSegment(seq uint64, size int64) (*segment, vfs.File, error) {
+	path := l.fs.PathJoin(l.dir, segmentName(seq))
+	var w vfs.File
+	for w == nil && len(l.spares) > 0 {
+		sp := l.spares[len(l.spares)-1]
+		l.spares = l.spares[:len(l.spares)-1]
+		if sp.size < size {
+			if err := l.fs.Remove(sp.path); err != nil {
+				plog.Warningf("remove spare %s: %v", sp.path, err)
+			}
+			continue
+		}
+		f, err := l.fs.ReuseForWrite(sp.path, path)
+		if err != nil {
+			plog.Warningf("recycle %s as %s: %v", sp.path, path, err)
+			continue
+		}
+		w, size = f, sp.size
+	}
+	if w == nil {
+		f, err := durable.CreateZeroed(l.fs, path, size)
+		if err != nil {
+			return nil, nil, fmt.Errorf("seglog: %w", err)
+		}
+		w = f
+	}
+	err := durable.SyncDir(l.fs, l.dir)
+	var s *segment
+	if err == nil {
+		s = &segment{seq: seq, path: path, size: size}
+		s.r, err = l.fs.Open(path)
+	}
+	if err != nil {
+		_ = w.Close()
+		return nil, nil, fmt.Errorf("seglog: create segment %s: %w", path, err)
+	}
+	return s, w, nil
+}
+
+// retire closes a segment that holds nothing live and keeps its file as a
+// spare (renamed, so Open does not take it for a segment, though it would
+// know it is retired: no checkpoint lists it), or removes it when there are
+// spares enough or it is larger than a segment. A failure here costs disk
+// space only, so it is logged, not returned; the directory is synced with
+// the next segment's creation.
+func (l *LogDB) retire(s *segment) {
+	if err := s.r.Close(); err != nil {
+		plog.Warningf("close %s: %v", s.path, err)
+	}
+	l.keepOrRemove(s.path, s.seq, s.size)
+}
+
+// keepOrRemove makes the file at path, of segment seq, a spare or removes
+// it.
+func (l *LogDB) keepOrRemove(path string, seq uint64, size int64) {
+	if len(l.spares) < maxSpares && size == l.segmentSize {
+		sp := l.fs.PathJoin(l.dir, fmt.Sprintf("%s%020d", sparePrefix, seq))
+		if err := l.fs.Rename(path, sp); err == nil {
+			l.spares = append(l.spares, spare{path: sp, size: size})
+			return
+		}
+	}
+	if err := l.fs.Remove(path); err != nil {
+		plog.Warningf("remove %s: %v", path, err)
+	}
+}
