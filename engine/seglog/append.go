@@ -52,7 +52,10 @@ func (l *LogDB) appendLocked(typ byte, rec []byte) (seq uint64, payloadOff int64
 		}
 	}
 	sealRecord(rec, l.active.seq, typ)
-	if _, err := l.w.Write(rec); err != nil {
+	// vfs.File.Write may modify what it is given (pebble's in-memory
+	// file system does, under -race), and rec is applied after the write.
+	l.wbuf = append(l.wbuf[:0], rec...)
+	if _, err := l.w.Write(l.wbuf); err != nil {
 		l.err = fmt.Errorf("seglog: write %s at %d: %w", l.active.path, l.off, err)
 		return 0, 0, l.err
 	}
@@ -170,7 +173,8 @@ func (l *LogDB) rotate(need int64) error {
 // segments. Callers hold mu, so no record is applied meanwhile.
 func (l *LogDB) checkpoint() ([]byte, map[uint64]bool, error) {
 	l.idx.mu.RLock()
-	ckpt, err := l.idx.appendCheckpoint(make([]byte, headerSize, 4096))
+	ckpt, _ := appendOp(make([]byte, headerSize, 4096), opStart, raftio.NodeInfo{}, l.nextSeq, 0)
+	ckpt, err := l.idx.appendCheckpoint(ckpt)
 	liveSegs := make(map[uint64]bool, len(l.idx.live))
 	for seq := range l.idx.live {
 		liveSegs[seq] = true

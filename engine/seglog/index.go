@@ -136,7 +136,7 @@ func (x *index) applyOp(o *op, seq uint64, payloadOff int64, live bool) error {
 			return err
 		}
 		r.resetPos = pos
-	case opSegment:
+	case opSegment, opStart:
 		// Only Open reads these (checkpointSegments).
 	default:
 		return fmt.Errorf("seglog: unknown op %d", o.typ)
@@ -151,7 +151,7 @@ func (x *index) applyOp(o *op, seq uint64, payloadOff int64, live bool) error {
 func (x *index) applyCheckpoint(payload []byte, seq uint64, payloadOff int64) error {
 	seen := make(map[raftio.NodeInfo]bool)
 	err := parseOps(payload, func(o *op) error {
-		if o.typ == opSegment {
+		if o.typ == opSegment || o.typ == opStart {
 			return nil
 		}
 		if !seen[o.ni] {

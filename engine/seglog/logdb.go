@@ -60,6 +60,8 @@ type LogDB struct {
 	// is unknown, so every later write fails with it.
 	err     error
 	nextSeq uint64
+	// wbuf is what is handed to Write: a copy of the record.
+	wbuf []byte
 	spares  []spare
 
 	// files guards segs against readers: the live segments, the active

@@ -75,6 +75,7 @@ const (
 	opFloor                         // checkpoint: index and data (8 bytes) are a replica's last opCompact and its position
 	opReset                         // checkpoint: data (8 bytes) is the position of the replica's last opRemove
 	opSegment                       // checkpoint: index is a segment's sequence number, data (8 bytes) its end offset
+	opStart                         // first op of a checkpoint, so that its payload is never empty: index is the segment's sequence number
 )
 
 // op is one parsed op; data aliases the record's payload.
