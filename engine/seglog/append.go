@@ -219,6 +219,7 @@ func (l *LogDB) createSegment(seq uint64, size int64) (*segment, vfs.File, error
 			continue
 		}
 		w, size = f, sp.size
+		l.recycled++
 	}
 	if w == nil {
 		f, err := durable.CreateZeroed(l.fs, path, size)
@@ -226,6 +227,7 @@ func (l *LogDB) createSegment(seq uint64, size int64) (*segment, vfs.File, error
 			return nil, nil, fmt.Errorf("seglog: %w", err)
 		}
 		w = f
+		l.created++
 	}
 	err := durable.SyncDir(l.fs, l.dir)
 	var s *segment

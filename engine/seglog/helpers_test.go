@@ -41,47 +41,52 @@ func openSized(t *testing.T, fs vfs.FS, size int64) *LogDB {
 }
 
 // storeHarness runs the shared behavioural tests (logdbtest) on this store.
-var storeHarness = &logdbtest.Harness{
-	Open: func(t *testing.T, fs vfs.FS) raftio.ILogDB { return openStore(t, fs) },
-	Lowest: func(t *testing.T, db raftio.ILogDB, shardID, replicaID uint64) uint64 {
-		return lowestEntry(db.(*LogDB), shardID, replicaID)
-	},
-	Saves: func(db raftio.ILogDB) (uint64, uint64) {
-		l := db.(*LogDB)
-		return l.syncedSaves.Load(), l.unsyncedSaves.Load()
-	},
-	// The index is all the store remembers, so forgetting is reopening:
-	// everything is read back from the segments.
-	Forget: func(t *testing.T, db raftio.ILogDB) raftio.ILogDB {
-		l := db.(*LogDB)
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		nl, err := Open(l.dir, Options{fs: l.fs, segmentSize: l.segmentSize})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nl
-	},
-	Records: func(t *testing.T, db raftio.ILogDB, kind logdbtest.Kind) int {
-		l := db.(*LogDB)
-		l.idx.mu.RLock()
-		defer l.idx.mu.RUnlock()
-		n := 0
-		for _, r := range l.idx.replicas {
-			switch kind {
-			case logdbtest.Entries:
-				for _, run := range r.entries {
-					n += len(run.locs)
-				}
-			case logdbtest.Snapshots:
-				if r.hasSnap {
-					n++
+var storeHarness = harnessFor(testSegmentSize)
+
+// harnessFor returns the harness of stores with segments of size bytes.
+func harnessFor(size int64) *logdbtest.Harness {
+	return &logdbtest.Harness{
+		Open: func(t *testing.T, fs vfs.FS) raftio.ILogDB { return openSized(t, fs, size) },
+		Lowest: func(t *testing.T, db raftio.ILogDB, shardID, replicaID uint64) uint64 {
+			return lowestEntry(db.(*LogDB), shardID, replicaID)
+		},
+		Saves: func(db raftio.ILogDB) (uint64, uint64) {
+			l := db.(*LogDB)
+			return l.syncedSaves.Load(), l.unsyncedSaves.Load()
+		},
+		// The index is all the store remembers, so forgetting is reopening:
+		// everything is read back from the segments.
+		Forget: func(t *testing.T, db raftio.ILogDB) raftio.ILogDB {
+			l := db.(*LogDB)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			nl, err := Open(l.dir, Options{fs: l.fs, segmentSize: l.segmentSize})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return nl
+		},
+		Records: func(t *testing.T, db raftio.ILogDB, kind logdbtest.Kind) int {
+			l := db.(*LogDB)
+			l.idx.mu.RLock()
+			defer l.idx.mu.RUnlock()
+			n := 0
+			for _, r := range l.idx.replicas {
+				switch kind {
+				case logdbtest.Entries:
+					for _, run := range r.entries {
+						n += len(run.locs)
+					}
+				case logdbtest.Snapshots:
+					if r.hasSnap {
+						n++
+					}
 				}
 			}
-		}
-		return n
-	},
+			return n
+		},
+	}
 }
 
 // lowestEntry returns the index of the replica's lowest stored entry, live

@@ -60,9 +60,13 @@ type LogDB struct {
 	// is unknown, so every later write fails with it.
 	err     error
 	nextSeq uint64
+	// spares are retired segment files kept for recycling.
+	spares []spare
 	// wbuf is what is handed to Write: a copy of the record.
 	wbuf []byte
-	spares  []spare
+	// created and recycled count the segment files zero-filled and
+	// recycled since Open, for tests.
+	created, recycled int
 
 	// files guards segs against readers: the live segments, the active
 	// one included, by sequence number.

@@ -23,3 +23,10 @@ func TestNameAndFormat(t *testing.T) {
 func TestLogDB(t *testing.T) {
 	logdbtest.Run(t, storeHarness)
 }
+
+// The same with segments so small that most saves start a new one and many
+// records are larger than a segment: rotation, retirement and recycling
+// under every test, power losses included.
+func TestLogDBTinySegments(t *testing.T) {
+	logdbtest.Run(t, harnessFor(1<<10))
+}
