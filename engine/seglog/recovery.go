@@ -58,7 +58,7 @@ func (l *LogDB) recover() error {
 		r := segmentReader{s: s}
 		typ, _, _, bad, err := r.read(0)
 		if err == nil && bad == "" && typ != recCheckpoint {
-			bad = fmt.Sprintf("record type %d", typ)
+			err = fmt.Errorf("seglog: %s: valid record of record type %d at offset 0, not a checkpoint", s.path, typ)
 		}
 		if err != nil || bad == "" {
 			l.segs[s.seq] = s
