@@ -7,6 +7,7 @@ import (
 	"github.com/baton-dev/baton/engine/internal/logdbtest"
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/logger"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
@@ -55,6 +56,8 @@ var storeHarness = &logdbtest.Harness{
 		db.(*LogDB).cache = newCache()
 		return db
 	},
+	Factory: func() config.LogDBFactory { return &Factory{} },
+	Files:   nodeHostFiles,
 	Records: func(t *testing.T, db raftio.ILogDB, kind logdbtest.Kind) int {
 		prefix := map[logdbtest.Kind]byte{logdbtest.Entries: prefixEntry, logdbtest.Snapshots: prefixSnapshot}[kind]
 		it := db.(*LogDB).db.NewIter(nil)
@@ -101,6 +104,5 @@ var (
 	indexes     = logdbtest.Indexes
 	readState   = logdbtest.ReadState
 	equal       = logdbtest.Equal
-	waitClosed  = logdbtest.WaitClosed
 	powerLoss   = storeHarness.PowerLoss
 )

@@ -5,6 +5,7 @@ import (
 
 	"github.com/baton-dev/baton/engine/internal/logdbtest"
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/logger"
 	"github.com/lni/dragonboat/v4/raftio"
 )
@@ -67,6 +68,10 @@ func harnessFor(size int64) *logdbtest.Harness {
 			}
 			return nl
 		},
+		// NodeHosts run on the real file system: small segments keep
+		// their zero-filling cheap and make them switch segments.
+		Factory: func() config.LogDBFactory { return &Factory{segmentSize: nodeHostSegmentSize} },
+		Files:   nodeHostFiles,
 		Records: func(t *testing.T, db raftio.ILogDB, kind logdbtest.Kind) int {
 			l := db.(*LogDB)
 			l.idx.mu.RLock()

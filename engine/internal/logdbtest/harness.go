@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 )
@@ -43,6 +44,12 @@ type Harness struct {
 	// Records counts the records of a kind the store holds, over all
 	// replicas.
 	Records func(t *testing.T, db raftio.ILogDB, kind Kind) int
+	// Factory returns a new factory of the store, for NodeHost
+	// (RunNodeHost).
+	Factory func() config.LogDBFactory
+	// Files, when set, checks the files a closed NodeHost left in the
+	// store, given the directories NodeHost passed its factory.
+	Files func(t *testing.T, dirs, wals []string)
 }
 
 // Run runs every behavioural test against the store.
@@ -71,6 +78,25 @@ func Run(t *testing.T, h *Harness) {
 		{"SyncPolicySurvivesPowerLoss", testSyncPolicySurvivesPowerLoss},
 		{"FirstStateAfterOpenIsSynced", testFirstStateAfterOpenIsSynced},
 		{"PowerLossAtEveryStep", testPowerLossAtEveryStep},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h) })
+	}
+}
+
+// RunNodeHost runs real dragonboat NodeHosts on the store: proposals,
+// restarts, snapshots and compactions, three replicas, a snapshot import.
+func RunNodeHost(t *testing.T, h *Harness) {
+	if testing.Short() {
+		t.Skip("starts dragonboat")
+	}
+	tests := []struct {
+		name string
+		fn   func(*testing.T, *Harness)
+	}{
+		{"Restart", testNodeHostRestart},
+		{"ThreeNodeHostsSkipCommitOnlySyncs", testThreeNodeHostsSkipCommitOnlySyncs},
+		{"ImportSnapshotThroughDragonboat", testImportSnapshotThroughDragonboat},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, h) })
