@@ -103,6 +103,5 @@ var (
 	iterate     = logdbtest.Iterate
 	indexes     = logdbtest.Indexes
 	readState   = logdbtest.ReadState
-	equal       = logdbtest.Equal
 	powerLoss   = storeHarness.PowerLoss
 )

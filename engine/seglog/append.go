@@ -109,8 +109,13 @@ func (l *LogDB) syncTo(end uint64) error {
 // written in it, and the checkpoint is synced before any older segment is
 // retired (so the metadata an old segment held is never only there).
 func (l *LogDB) rotate(need int64) error {
-	for l.syncing {
+	// Waiting releases mu: another goroutine may switch segments
+	// meanwhile, and then the record may fit after all.
+	for l.syncing || (l.preparing && len(l.spares) == 0) {
 		l.synced.Wait()
+	}
+	if l.w != nil && l.off+need <= l.active.size {
+		return nil
 	}
 	if l.w != nil {
 		if err := l.w.Sync(); err != nil {
@@ -164,7 +169,47 @@ func (l *LogDB) rotate(need int64) error {
 	for _, s := range dead {
 		l.retire(s)
 	}
+	l.prepareSpare()
 	return nil
+}
+
+// prepareSpare starts zero-filling a spare segment file in the background
+// when there is none, so that the next segment switch recycles it instead
+// of zero-filling a new file while holding mu (64 MiB, that would stall
+// every save of the node). Callers hold mu.
+func (l *LogDB) prepareSpare() {
+	if len(l.spares) > 0 || l.preparing || l.err != nil {
+		return
+	}
+	l.preparing = true
+	size := l.segmentSize
+	// A name no other spare has: spare names of retired segments carry
+	// their (lower) sequence numbers.
+	path := l.fs.PathJoin(l.dir, fmt.Sprintf("%snext-%020d", sparePrefix, l.nextSeq))
+	l.background.Add(1)
+	go func() {
+		defer l.background.Done()
+		// Under a temporary name until complete, so that a spare is
+		// always full size.
+		tmp := l.fs.PathJoin(l.dir, prepareName)
+		f, err := durable.CreateZeroed(l.fs, tmp, size)
+		if err == nil {
+			err = f.Close()
+		}
+		if err == nil {
+			err = l.fs.Rename(tmp, path)
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.preparing = false
+		l.synced.Broadcast()
+		if err != nil {
+			plog.Warningf("prepare a spare segment: %v", err)
+			return
+		}
+		l.spares = append(l.spares, spare{path: path, size: size})
+		l.created++
+	}()
 }
 
 // checkpoint returns the payload of the next segment's checkpoint record

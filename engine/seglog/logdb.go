@@ -60,8 +60,10 @@ type LogDB struct {
 	// is unknown, so every later write fails with it.
 	err     error
 	nextSeq uint64
-	// spares are retired segment files kept for recycling.
-	spares []spare
+	// spares are retired segment files kept for recycling, and
+	// preparing says one is being zero-filled in the background.
+	spares    []spare
+	preparing bool
 	// wbuf is what is handed to Write: a copy of the record.
 	wbuf []byte
 	// created and recycled count the segment files zero-filled and
@@ -79,6 +81,9 @@ type LogDB struct {
 	spare   sync.Pool // *saveContext for worker ids beyond workers
 
 	closed atomic.Bool
+	// background tracks the goroutine preparing a spare, which Close
+	// waits for.
+	background sync.WaitGroup
 
 	// syncedSaves and unsyncedSaves count SaveRaftState writes by sync
 	// mode, so tests can see the policy at work.
@@ -145,6 +150,7 @@ func (l *LogDB) Close() error {
 	if !l.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	l.background.Wait()
 	l.mu.Lock()
 	for l.syncing {
 		l.synced.Wait()

@@ -212,23 +212,3 @@ func zeroFile(t *testing.T, fs vfs.FS, seq uint64) {
 	}
 	_ = f.Close()
 }
-
-func copyTo(t *testing.T, fs vfs.FS, src vfs.File, path string) {
-	t.Helper()
-	info, err := src.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := make([]byte, info.Size())
-	if _, err := src.ReadAt(data, 0); err != nil {
-		t.Fatal(err)
-	}
-	w, err := fs.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	_ = w.Close()
-}

@@ -23,6 +23,10 @@ const (
 
 	segmentSuffix = ".seg"
 	sparePrefix   = "spare-"
+	// prepareName is the file a spare is zero-filled in, in the
+	// background (prepareSpare); one left by a crash is replaced by the
+	// next.
+	prepareName = "spare.tmp"
 )
 
 // segmentName is the file name of segment seq: its sequence number, padded

@@ -2,6 +2,7 @@ package seglog
 
 import (
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -25,14 +26,22 @@ type syncFile struct {
 	fs *syncFS
 }
 
+// Create and ReuseForWrite wrap segment files only: the spares zero-filled
+// in the background are synced at any time.
 func (fs *syncFS) Create(name string) (vfs.File, error) {
 	f, err := fs.FS.Create(name)
-	return &syncFile{f, fs}, err
+	if err != nil || !strings.HasSuffix(name, segmentSuffix) {
+		return f, err
+	}
+	return &syncFile{f, fs}, nil
 }
 
 func (fs *syncFS) ReuseForWrite(oldname, newname string) (vfs.File, error) {
 	f, err := fs.FS.ReuseForWrite(oldname, newname)
-	return &syncFile{f, fs}, err
+	if err != nil || !strings.HasSuffix(newname, segmentSuffix) {
+		return f, err
+	}
+	return &syncFile{f, fs}, nil
 }
 
 // holdNext makes the next sync wait for release after closing started.

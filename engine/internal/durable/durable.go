@@ -50,9 +50,6 @@ func SyncDir(fs vfs.FS, dir string) error {
 	return d.Close()
 }
 
-// zeros is what CreateZeroed writes.
-var zeros = make([]byte, 1<<20)
-
 // CreateZeroed creates the file name (replacing any file of that name),
 // writes size bytes of zeros into it, syncs it and returns it open for
 // writing at offset 0, without truncation (through ReuseForWrite, renaming
@@ -71,6 +68,10 @@ func CreateZeroed(fs vfs.FS, name string, size int64) (vfs.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A buffer of its own: vfs.File.Write may modify what it is given
+	// (pebble's in-memory file system does, under -race), so a shared
+	// one would not stay zeros.
+	zeros := make([]byte, min(size, 1<<20))
 	for n := int64(0); n < size && err == nil; n += int64(len(zeros)) {
 		_, err = f.Write(zeros[:min(int64(len(zeros)), size-n)])
 	}

@@ -1,5 +1,0 @@
-//go:build race
-
-package raftlog
-
-const raceEnabled = true
