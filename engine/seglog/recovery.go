@@ -112,6 +112,13 @@ func (l *LogDB) recover() error {
 		return err
 	}
 	lastSeg.end = end
+	// The new segment's checkpoint will say the last one ends here, so
+	// all of it must be durable first: after a crash (not a power loss)
+	// its unsynced records are still in the page cache, and Open read
+	// them.
+	if err := lastSeg.r.Sync(); err != nil {
+		return fmt.Errorf("seglog: sync %s: %w", lastSeg.path, err)
+	}
 	for len(l.spares) > maxSpares {
 		sp := l.spares[len(l.spares)-1]
 		l.spares = l.spares[:len(l.spares)-1]
