@@ -84,7 +84,17 @@ func (x *index) dropped(l loc) {
 func (x *index) apply(typ byte, payload []byte, seq uint64, payloadOff int64, live bool) error {
 	switch typ {
 	case recBatch:
-		return parseOps(payload, func(o *op) error { return x.applyOp(o, seq, payloadOff, live) })
+		r := opReader{payload: payload}
+		var o op
+		for {
+			ok, err := r.next(&o)
+			if !ok || err != nil {
+				return err
+			}
+			if err := x.applyOp(&o, seq, payloadOff, live); err != nil {
+				return err
+			}
+		}
 	case recCheckpoint:
 		return x.applyCheckpoint(payload, seq, payloadOff)
 	}
@@ -150,9 +160,18 @@ func (x *index) applyOp(o *op, seq uint64, payloadOff int64, live bool) error {
 // from an older segment without the (retired) segment that removed them.
 func (x *index) applyCheckpoint(payload []byte, seq uint64, payloadOff int64) error {
 	seen := make(map[raftio.NodeInfo]bool)
-	err := parseOps(payload, func(o *op) error {
+	r := opReader{payload: payload}
+	var o op
+	for {
+		ok, err := r.next(&o)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
 		if o.typ == opSegment || o.typ == opStart {
-			return nil
+			continue
 		}
 		if !seen[o.ni] {
 			seen[o.ni] = true
@@ -160,10 +179,9 @@ func (x *index) applyCheckpoint(payload []byte, seq uint64, payloadOff int64) er
 				*r = replica{entries: r.entries}
 			}
 		}
-		return x.applyOp(o, seq, payloadOff, false)
-	})
-	if err != nil {
-		return err
+		if err := x.applyOp(&o, seq, payloadOff, false); err != nil {
+			return err
+		}
 	}
 	for ni, r := range x.replicas {
 		if !seen[ni] {

@@ -145,35 +145,39 @@ func (o *op) posData() (uint64, error) {
 	return binary.LittleEndian.Uint64(o.data), nil
 }
 
-// parseOps calls fn with each op of payload, in order. A payload whose
-// CRC is right but whose ops do not parse is an error: the store does not
+// opReader reads the ops of a payload in order. A payload whose CRC is
+// right but whose ops do not parse is an error: the store does not
 // understand it, so it must not go on as if it did.
-func parseOps(payload []byte, fn func(*op) error) error {
-	for off := 0; off < len(payload); {
-		if len(payload)-off < opHeaderSize {
-			return fmt.Errorf("seglog: op header cut at payload offset %d", off)
-		}
-		h := payload[off:]
-		n := int(binary.LittleEndian.Uint32(h[25:]))
-		if n > len(h)-opHeaderSize {
-			return fmt.Errorf("seglog: op of %d bytes at payload offset %d overruns its record", n, off)
-		}
-		o := op{
-			typ: opType(h[0]),
-			ni: raftio.NodeInfo{
-				ShardID:   binary.LittleEndian.Uint64(h[1:]),
-				ReplicaID: binary.LittleEndian.Uint64(h[9:]),
-			},
-			index: binary.LittleEndian.Uint64(h[17:]),
-			data:  h[opHeaderSize : opHeaderSize+n],
-			off:   off + opHeaderSize,
-		}
-		if err := fn(&o); err != nil {
-			return err
-		}
-		off += opHeaderSize + n
+type opReader struct {
+	payload []byte
+	off     int
+}
+
+// next reads the next op into o; ok is false at the end of the payload.
+func (r *opReader) next(o *op) (ok bool, err error) {
+	if r.off == len(r.payload) {
+		return false, nil
 	}
-	return nil
+	if len(r.payload)-r.off < opHeaderSize {
+		return false, fmt.Errorf("seglog: op header cut at payload offset %d", r.off)
+	}
+	h := r.payload[r.off:]
+	n := int(binary.LittleEndian.Uint32(h[25:]))
+	if n > len(h)-opHeaderSize {
+		return false, fmt.Errorf("seglog: op of %d bytes at payload offset %d overruns its record", n, r.off)
+	}
+	*o = op{
+		typ: opType(h[0]),
+		ni: raftio.NodeInfo{
+			ShardID:   binary.LittleEndian.Uint64(h[1:]),
+			ReplicaID: binary.LittleEndian.Uint64(h[9:]),
+		},
+		index: binary.LittleEndian.Uint64(h[17:]),
+		data:  h[opHeaderSize : opHeaderSize+n],
+		off:   r.off + opHeaderSize,
+	}
+	r.off += opHeaderSize + n
+	return true, nil
 }
 
 // position orders everything written to the log: a segment's sequence

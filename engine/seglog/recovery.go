@@ -153,22 +153,27 @@ func checkpointSegments(s *segment) (map[uint64]int64, error) {
 		return nil, err
 	}
 	ends := make(map[uint64]int64)
-	err = parseOps(payload, func(o *op) error {
+	or := opReader{payload: payload}
+	var o op
+	for {
+		ok, err := or.next(&o)
+		if err != nil {
+			return nil, fmt.Errorf("seglog: %s: checkpoint: %w", s.path, err)
+		}
+		if !ok {
+			break
+		}
 		if o.typ != opSegment {
-			return nil
+			continue
 		}
 		end, err := o.posData()
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("seglog: %s: checkpoint: %w", s.path, err)
 		}
 		if o.index >= s.seq {
-			return fmt.Errorf("seglog: checkpoint lists segment %d, not older than itself", o.index)
+			return nil, fmt.Errorf("seglog: %s: checkpoint lists segment %d, not older than itself", s.path, o.index)
 		}
 		ends[o.index] = int64(end)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("seglog: %s: checkpoint: %w", s.path, err)
 	}
 	return ends, nil
 }

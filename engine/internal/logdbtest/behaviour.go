@@ -626,6 +626,9 @@ func testConcurrentWorkersAndReaders(t *testing.T, h *Harness) {
 
 // SaveRaftState's steady state reuses its batch and marshals in place.
 func testSaveRaftStateAllocations(t *testing.T, h *Harness) {
+	if h.SkipAllocations {
+		t.Skip("this configuration allocates on purpose")
+	}
 	if testing.CoverMode() != "" || raceEnabled {
 		t.Skip("allocation counts differ under coverage and -race")
 	}

@@ -50,6 +50,10 @@ type Harness struct {
 	// Files, when set, checks the files a closed NodeHost left in the
 	// store, given the directories NodeHost passed its factory.
 	Files func(t *testing.T, dirs, wals []string)
+	// SkipAllocations skips the test that the save path allocates
+	// nothing, for a configuration that allocates on purpose (segments so
+	// small that most saves switch segments).
+	SkipAllocations bool
 }
 
 // Run runs every behavioural test against the store.
