@@ -117,3 +117,11 @@ var (
 	equal       = logdbtest.Equal
 	powerLoss   = storeHarness.PowerLoss
 )
+
+// segmentFiles returns how many segment files the store zero-filled and
+// recycled since it opened.
+func segmentFiles(db *LogDB) (created, recycled int) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.created, db.recycled
+}
