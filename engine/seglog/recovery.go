@@ -33,6 +33,11 @@ func (l *LogDB) recover() error {
 	for _, name := range names {
 		if seq, ok := parseSegmentName(name); ok {
 			seqs = append(seqs, seq)
+		} else if name == prepareName {
+			// A spare whose zero-filling a crash cut short.
+			if err := l.fs.Remove(l.fs.PathJoin(l.dir, name)); err != nil {
+				return fmt.Errorf("seglog: %w", err)
+			}
 		} else if strings.HasPrefix(name, sparePrefix) {
 			path := l.fs.PathJoin(l.dir, name)
 			info, err := l.fs.Stat(path)

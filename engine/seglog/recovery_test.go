@@ -149,6 +149,13 @@ func TestOpenUnexpectedFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, ""},
+		{"a spare cut short while zero-filled", func(t *testing.T, fs vfs.FS) {
+			f, err := fs.Create(fs.PathJoin(testDir, prepareName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = f.Close()
+		}, ""},
 		{"an unknown record type with a valid checksum", func(t *testing.T, fs vfs.FS) {
 			rewrite(t, fs, fs.PathJoin(testDir, segmentName(3)), func(data []byte) {
 				// The checkpoint's type, resealed.
