@@ -34,9 +34,10 @@ func (l *LogDB) recover() error {
 		if seq, ok := parseSegmentName(name); ok {
 			seqs = append(seqs, seq)
 		} else if name == prepareName {
-			// A spare whose zero-filling a crash cut short.
+			// A spare whose zero-filling a crash cut short; the next
+			// one would replace it anyway.
 			if err := l.fs.Remove(l.fs.PathJoin(l.dir, name)); err != nil {
-				return fmt.Errorf("seglog: %w", err)
+				plog.Warningf("remove %s: %v", name, err)
 			}
 		} else if strings.HasPrefix(name, sparePrefix) {
 			path := l.fs.PathJoin(l.dir, name)
