@@ -54,9 +54,11 @@
 // 170-210 µs (see durable.CreateZeroed). A record that does not fit in what
 // is left of a segment starts a new one; a record larger than a segment
 // gets a segment of its own, sized to fit. Segments whose entries are all
-// dead are retired at the next segment switch: renamed to spare-N and
-// recycled (renamed to the next segment's name and overwritten) rather
-// than deleted, up to maxSpares of them.
+// dead are retired at the next segment switch (see CompactEntriesTo):
+// renamed to spare-N and recycled (renamed to the next segment's name and
+// overwritten) rather than deleted, up to maxSpares of them. When no spare
+// is left, one is zero-filled in the background, so that a switch on the
+// save path does not write 64 MiB while holding the append mutex.
 //
 // Records (record.go) have a header of a CRC-32C, a length, the segment's
 // sequence number and a type, then ops, whose data are the pb types' own
@@ -89,7 +91,9 @@
 // (This is exact as long as a replica's removals do not go backwards, which
 // dragonboat's never do: they follow its snapshots.)
 //
-// CompactEntriesTo has nothing to do: it returns a closed channel.
+// CompactEntriesTo switches segments early when more segments are dead
+// than spares are kept, so that a node that writes little reclaims them
+// too.
 //
 // # Concurrency
 //

@@ -143,14 +143,26 @@ func (l *LogDB) RemoveEntriesTo(shardID, replicaID, index uint64) error {
 	return l.write(rec, true)
 }
 
-// CompactEntriesTo returns a closed channel: there is nothing to compact.
-// The segments whose entries RemoveEntriesTo removed are retired (recycled
-// or deleted) at the next segment switch, once a newer checkpoint makes
-// them unnecessary; doing it here would cost a segment switch (two syncs)
-// per call for a gain in disk space only.
+// CompactEntriesTo retires the segments that hold nothing live any more,
+// when there are more of them than spares to keep, by switching to a new
+// segment now (two syncs): a switch is what makes retiring safe (see
+// rotate), and a node under load switches often enough by itself, but one
+// that writes little could otherwise keep dead segments for long. The
+// returned channel is closed: the work is done when it returns.
 func (l *LogDB) CompactEntriesTo(shardID, replicaID, index uint64) (<-chan struct{}, error) {
 	if l.closed.Load() {
 		return nil, errClosed
+	}
+	l.mu.Lock()
+	err := l.err
+	if err == nil && l.deadSegments() > maxSpares {
+		if err = l.rotate(switchNow); err != nil {
+			l.err = err
+		}
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return nil, err
 	}
 	ch := make(chan struct{})
 	close(ch)

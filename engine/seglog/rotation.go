@@ -9,9 +9,13 @@ import (
 	"github.com/lni/dragonboat/v4/raftio"
 )
 
+// switchNow is rotate's need for a switch that is not for want of room.
+const switchNow = -1
+
 // rotate starts a new active segment with room for a record of need bytes
-// after its checkpoint, then retires the segments no live entry points
-// into. Callers hold mu.
+// after its checkpoint (unless the record fits after all, or need is
+// switchNow), then retires the segments no live entry points into.
+// Callers hold mu.
 //
 // Order matters for power loss: the old segment is synced before the new
 // one's checkpoint names its end (so reading it up to there never meets a
@@ -24,7 +28,7 @@ func (l *LogDB) rotate(need int64) error {
 	for l.syncing || (l.preparing && len(l.spares) == 0) {
 		l.synced.Wait()
 	}
-	if l.w != nil && l.off+need <= l.active.size {
+	if l.w != nil && need != switchNow && l.off+need <= l.active.size {
 		return nil
 	}
 	if l.w != nil {
@@ -38,7 +42,7 @@ func (l *LogDB) rotate(need int64) error {
 	if err != nil {
 		return err
 	}
-	size := max(l.segmentSize, int64(len(ckpt))+need)
+	size := max(l.segmentSize, int64(len(ckpt))+max(need, 0))
 	if size > maxSegmentSize {
 		return fmt.Errorf("seglog: a segment of %d bytes is needed, at most %d", size, int64(maxSegmentSize))
 	}
@@ -120,6 +124,20 @@ func (l *LogDB) prepareSpare() {
 		l.spares = append(l.spares, spare{path: path, size: size})
 		l.created++
 	}()
+}
+
+// deadSegments counts the segments other than the active one that hold no
+// live entry. Callers hold mu.
+func (l *LogDB) deadSegments() int {
+	l.idx.mu.RLock()
+	defer l.idx.mu.RUnlock()
+	n := 0
+	for seq := range l.segs {
+		if seq != l.active.seq && l.idx.live[seq] == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // checkpoint returns the payload of the next segment's checkpoint record

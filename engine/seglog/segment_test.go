@@ -176,3 +176,46 @@ func TestNewSegmentIsZeroFilledAndSynced(t *testing.T) {
 		}
 	}
 }
+
+// A node that writes little switches segments rarely: CompactEntriesTo
+// retires the dead ones once there are more than spares to keep.
+func TestCompactEntriesToRetiresDeadSegments(t *testing.T) {
+	const size = 4 << 10
+	fs := vfs.NewMem()
+	db := openSized(t, fs, size)
+	for i := uint64(1); i <= 60; i++ {
+		save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 1}, EntriesToSave: bigEntries(1, i, i, 300)})
+	}
+	segs, _ := files(t, fs)
+	before := len(segs)
+	if before < 4 {
+		t.Fatalf("%d segments: the test needs more", before)
+	}
+	if err := db.RemoveEntriesTo(1, 1, 59); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing switched segments since: the dead ones are still there.
+	if segs, _ := files(t, fs); len(segs) != before {
+		t.Fatalf("%d segments after RemoveEntriesTo, want %d", len(segs), before)
+	}
+	ch, err := db.CompactEntriesTo(1, 1, 59)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	segs, spares := files(t, fs)
+	// The segment of entry 60, and the new active one.
+	if len(segs) > 2 || len(spares) > maxSpares {
+		t.Fatalf("%d segments and %d spares after CompactEntriesTo", len(segs), len(spares))
+	}
+	equal(t, "entries", indexes(iterate(t, db, 1, 1, 1, 100, math.MaxUint64)), []uint64{})
+	equal(t, "entries", indexes(iterate(t, db, 1, 1, 60, 100, math.MaxUint64)), []uint64{60})
+	// With nothing more to retire, it does not switch again.
+	active := db.active
+	if _, err := db.CompactEntriesTo(1, 1, 59); err != nil {
+		t.Fatal(err)
+	}
+	if db.active != active {
+		t.Fatal("CompactEntriesTo switched segments with nothing to retire")
+	}
+}
