@@ -48,7 +48,11 @@ func (l *LogDB) appendLocked(typ byte, rec []byte) (seq uint64, payloadOff int64
 	// vfs.File.Write may modify what it is given (pebble's in-memory
 	// file system does, under -race), and rec is applied after the write.
 	l.wbuf = append(l.wbuf[:0], rec...)
-	if _, err := l.w.Write(l.wbuf); err != nil {
+	_, err = l.w.Write(l.wbuf)
+	if cap(l.wbuf) > maxKeptBuffer {
+		l.wbuf = nil
+	}
+	if err != nil {
 		l.err = fmt.Errorf("seglog: write %s at %d: %w", l.active.path, l.off, err)
 		return 0, 0, l.err
 	}

@@ -8,6 +8,10 @@ import (
 	pb "github.com/lni/dragonboat/v4/raftpb"
 )
 
+// maxKeptBuffer bounds the record buffers kept for reuse: a rare large
+// record (entries of big commands, a snapshot) should not pin its buffer.
+const maxKeptBuffer = 1 << 20
+
 // saveContext is a step worker's reusable record buffer and scratch space,
 // so that SaveRaftState allocates nothing in the steady state.
 type saveContext struct {
@@ -66,7 +70,12 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 	defer c.mu.Unlock()
 	buf := append(c.buf[:0], make([]byte, headerSize)...)
 	calls := c.calls[:0]
-	defer func() { c.buf, c.calls = buf[:0], calls[:0] }()
+	defer func() {
+		if cap(buf) > maxKeptBuffer {
+			buf = nil
+		}
+		c.buf, c.calls = buf[:0], calls[:0]
+	}()
 
 	mustSync := false
 	var err error
