@@ -59,6 +59,9 @@ func (l *LogDB) appendLocked(typ byte, rec []byte) (seq uint64, payloadOff int64
 	payloadOff = l.off + headerSize
 	l.off += int64(len(rec))
 	l.written += uint64(len(rec))
+	if l.off > l.active.size/2 {
+		l.prepareSpare()
+	}
 	return l.active.seq, payloadOff, nil
 }
 

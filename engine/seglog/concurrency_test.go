@@ -20,17 +20,24 @@ func TestReadsDuringRetirement(t *testing.T) {
 	const workers, rounds = 4, 150
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*workers)
-	done := make(chan struct{})
+	// saved[w] ticks after each of worker w's saves: its reader reads
+	// once per save, alongside the next.
+	saved := make([]chan struct{}, workers+1)
+	for w := range saved {
+		saved[w] = make(chan struct{}, rounds)
+	}
 	for w := uint64(1); w <= workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer close(saved[w])
 			for i := uint64(1); i <= rounds; i++ {
 				if err := db.SaveRaftState([]pb.Update{{ShardID: w, ReplicaID: 1, State: pb.State{Term: 1, Vote: 1},
 					EntriesToSave: bigEntries(1, i, i, 100+int(i%7)*30)}}, w); err != nil {
 					errs <- err
 					return
 				}
+				saved[w] <- struct{}{}
 				if i%10 == 0 {
 					if err := db.RemoveEntriesTo(w, 1, i-5); err != nil {
 						errs <- err
@@ -45,12 +52,7 @@ func TestReadsDuringRetirement(t *testing.T) {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
+			for range saved[w] {
 				low := lowestEntry(db, w, 1)
 				if low == 0 {
 					continue
@@ -71,7 +73,6 @@ func TestReadsDuringRetirement(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(done)
 	readers.Wait()
 	close(errs)
 	for err := range errs {

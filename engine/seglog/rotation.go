@@ -83,14 +83,15 @@ func (l *LogDB) rotate(need int64) error {
 	for _, s := range dead {
 		l.retire(s)
 	}
-	l.prepareSpare()
 	return nil
 }
 
 // prepareSpare starts zero-filling a spare segment file in the background
 // when there is none, so that the next segment switch recycles it instead
 // of zero-filling a new file while holding mu (64 MiB, that would stall
-// every save of the node). Callers hold mu.
+// every save of the node). appendLocked calls it once the active segment
+// is half full: a node that writes little never needs the spare. Callers
+// hold mu.
 func (l *LogDB) prepareSpare() {
 	if len(l.spares) > 0 || l.preparing || l.err != nil {
 		return

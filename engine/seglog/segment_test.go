@@ -88,7 +88,7 @@ func TestSegmentsRotateRetireAndRecycle(t *testing.T) {
 		}
 	}
 	created, recycled := segmentFiles(db)
-	if recycled == 0 || created > 8 {
+	if recycled <= created {
 		t.Fatalf("%d segments created, %d recycled: want most recycled", created, recycled)
 	}
 	t.Logf("%d segments created, %d recycled", created, recycled)
