@@ -67,9 +67,9 @@ type Config struct {
 	// SnapshotEntries; 0 means DefaultSnapshotBytes.
 	SnapshotBytes uint64
 	// RaftLog is the Raft log store, RaftLogBaton, RaftLogSeglog or
-	// RaftLogDragonboat;
-	// "" means the one DataDir was created with, or DefaultRaftLog for a
-	// new one. It cannot change for an existing data dir.
+	// RaftLogDragonboat; "" means the one DataDir was created with, or
+	// DefaultRaftLog for a new one. It cannot change for an existing data
+	// dir.
 	RaftLog string
 	// RaftTransport is how this node's Raft messages travel,
 	// RaftTransportBaton or RaftTransportDragonboat; "" means
