@@ -74,8 +74,16 @@
 // and rebuilds the index; an invalid record before an older segment's
 // recorded end is corruption, and Open fails naming the file and offset;
 // in the last segment it is the end of the log. Open never appends to the
-// last segment: it starts a new one, whose checkpoint records where the
-// last one ended, so a torn tail is never overwritten nor read again.
+// last segment: it syncs it (a crash leaves unsynced records in the page
+// cache, and Open read them) and starts a new one, whose checkpoint records
+// where the last one ended, so a torn tail is never overwritten nor read
+// again.
+//
+// A segment is retired only when every entry in it is dead, so a replica
+// whose entries stay live for long (a shard that writes little, and so is
+// rarely snapshotted) keeps every segment holding one of them. Disk use is
+// then bounded by how long its entries live, not by a fixed number of
+// segments; copying such entries forward is not done.
 //
 // # Index
 //
