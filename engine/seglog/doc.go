@@ -81,9 +81,11 @@
 //
 // A segment is retired only when every entry in it is dead, so a replica
 // whose entries stay live for long (a shard that writes little, and so is
-// rarely snapshotted) keeps every segment holding one of them. Disk use is
-// then bounded by how long its entries live, not by a fixed number of
-// segments; copying such entries forward is not done.
+// rarely snapshotted) would keep every segment holding one of them. At each
+// switch, the live entries of older segments that are mostly dead (at most
+// an eighth of a segment live) are copied forward into the new segment,
+// right after its checkpoint (relocation.go, bounded per switch); those
+// segments then hold nothing live and the next switch retires them.
 //
 // # Index
 //

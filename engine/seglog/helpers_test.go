@@ -125,3 +125,11 @@ func segmentFiles(db *LogDB) (created, recycled int) {
 	defer db.mu.Unlock()
 	return db.created, db.recycled
 }
+
+// relocated returns how many entries the store copied forward since it
+// opened.
+func relocated(db *LogDB) int {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.relocated
+}

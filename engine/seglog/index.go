@@ -52,11 +52,17 @@ type index struct {
 	// look up, never during I/O.
 	mu       sync.RWMutex
 	replicas map[raftio.NodeInfo]*replica
-	live     map[uint64]int
+	live     map[uint64]liveEntries
+}
+
+// liveEntries is how many live entries a segment holds, and their bytes.
+type liveEntries struct {
+	n     int
+	bytes int64
 }
 
 func newIndex() *index {
-	return &index{replicas: make(map[raftio.NodeInfo]*replica), live: make(map[uint64]int)}
+	return &index{replicas: make(map[raftio.NodeInfo]*replica), live: make(map[uint64]liveEntries)}
 }
 
 // get returns the replica, nil if the index has none.
@@ -72,9 +78,13 @@ func (x *index) getOrAdd(ni raftio.NodeInfo) *replica {
 }
 
 func (x *index) dropped(l loc) {
-	if x.live[l.seg]--; x.live[l.seg] == 0 {
+	le := x.live[l.seg]
+	if le.n--; le.n == 0 {
 		delete(x.live, l.seg)
+		return
 	}
+	le.bytes -= int64(l.n)
+	x.live[l.seg] = le
 }
 
 // apply applies a record's payload, written at payloadOff in segment seq.
@@ -127,7 +137,10 @@ func (x *index) applyOp(o *op, seq uint64, payloadOff int64, live bool) error {
 		if old, ok := r.entries.set(o.index, l); ok {
 			x.dropped(old)
 		}
-		x.live[seq]++
+		le := x.live[seq]
+		le.n++
+		le.bytes += int64(l.n)
+		x.live[seq] = le
 	case opCompact:
 		r.floor, r.floorPos = max(r.floor, o.index), position(seq, payloadOff)
 		r.entries.dropTo(o.index, x.dropped)

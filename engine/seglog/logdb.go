@@ -67,8 +67,9 @@ type LogDB struct {
 	// wbuf is what is handed to Write: a copy of the record.
 	wbuf []byte
 	// created and recycled count the segment files zero-filled and
-	// recycled since Open, for tests.
-	created, recycled int
+	// recycled since Open, relocated the entries copied forward, for
+	// tests.
+	created, recycled, relocated int
 
 	// files guards segs against readers: the live segments, the active
 	// one included, by sequence number.

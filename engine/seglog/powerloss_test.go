@@ -119,7 +119,7 @@ func TestPowerLossAtEveryStepWithSegmentSwitches(t *testing.T) {
 		}
 	}
 	const size = 1 << 10
-	switches := 0
+	switches, copied := 0, 0
 	for n := 1; n <= len(steps); n++ {
 		fs := vfs.NewStrictMem()
 		db := openSized(t, fs, size)
@@ -128,6 +128,7 @@ func TestPowerLossAtEveryStepWithSegmentSwitches(t *testing.T) {
 		}
 		created, recycled := segmentFiles(db)
 		switches += created + recycled
+		copied += relocated(db)
 		want := map[raftio.NodeInfo]replicaView{}
 		for _, ni := range []raftio.NodeInfo{a, b, c, dni} {
 			want[ni] = viewReplica(t, db, ni)
@@ -163,5 +164,8 @@ func TestPowerLossAtEveryStepWithSegmentSwitches(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("%d segment switches in all", switches)
+	t.Logf("%d segment switches, %d entries copied forward, in all", switches, copied)
+	if copied == 0 {
+		t.Fatal("no entry copied forward: the test needs D's entries to be")
+	}
 }

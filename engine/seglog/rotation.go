@@ -42,7 +42,11 @@ func (l *LogDB) rotate(need int64) error {
 	if err != nil {
 		return err
 	}
-	size := max(l.segmentSize, int64(len(ckpt))+max(need, 0))
+	reloc, err := l.relocation()
+	if err != nil {
+		return err
+	}
+	size := max(l.segmentSize, int64(len(ckpt)+len(reloc))+max(need, 0))
 	if size > maxSegmentSize {
 		return fmt.Errorf("seglog: a segment of %d bytes is needed, at most %d", size, int64(maxSegmentSize))
 	}
@@ -53,6 +57,12 @@ func (l *LogDB) rotate(need int64) error {
 	l.nextSeq++
 	sealRecord(ckpt, seg.seq, recCheckpoint)
 	_, err = w.Write(ckpt)
+	if err == nil && reloc != nil {
+		// reloc is applied below: Write gets a copy (see appendLocked).
+		sealRecord(reloc, seg.seq, recBatch)
+		l.wbuf = append(l.wbuf[:0], reloc...)
+		_, err = w.Write(l.wbuf)
+	}
 	if err == nil {
 		err = w.Sync()
 	}
@@ -66,8 +76,8 @@ func (l *LogDB) rotate(need int64) error {
 			return fmt.Errorf("seglog: close %s: %w", l.active.path, err)
 		}
 	}
-	l.active, l.w, l.off = seg, w, int64(len(ckpt))
-	l.written += uint64(len(ckpt))
+	l.active, l.w, l.off = seg, w, int64(len(ckpt)+len(reloc))
+	l.written += uint64(len(ckpt) + len(reloc))
 	l.durable = l.written
 
 	l.files.Lock()
@@ -80,6 +90,17 @@ func (l *LogDB) rotate(need int64) error {
 		}
 	}
 	l.files.Unlock()
+	if reloc != nil {
+		// Only now, with the new segment open to readers. The segments
+		// copied from are left for the next switch to retire: until a
+		// checkpoint that does not list them is durable, Open needs them.
+		l.idx.mu.Lock()
+		err := l.idx.apply(recBatch, reloc[headerSize:], seg.seq, int64(len(ckpt))+headerSize, false)
+		l.idx.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
 	for _, s := range dead {
 		l.retire(s)
 	}
@@ -134,7 +155,7 @@ func (l *LogDB) deadSegments() int {
 	defer l.idx.mu.RUnlock()
 	n := 0
 	for seq := range l.segs {
-		if seq != l.active.seq && l.idx.live[seq] == 0 {
+		if _, live := l.idx.live[seq]; seq != l.active.seq && !live {
 			n++
 		}
 	}

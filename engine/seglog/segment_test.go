@@ -219,3 +219,43 @@ func TestCompactEntriesToRetiresDeadSegments(t *testing.T) {
 		t.Fatal("CompactEntriesTo switched segments with nothing to retire")
 	}
 }
+
+// A replica that writes little, and never removes its entries, puts one
+// in many segments; segment switches copy those few live entries forward,
+// so the segments they would keep are retired all the same, and the
+// entries read back, before and after a reopen.
+func TestLongLivedEntriesAreCopiedForward(t *testing.T) {
+	const size = 8 << 10
+	fs := vfs.NewMem()
+	db := openSized(t, fs, size)
+	idle := uint64(0)
+	for i := uint64(1); i <= 600; i++ {
+		save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 1}, EntriesToSave: bigEntries(1, i, i, 300)})
+		if i%10 == 0 {
+			if err := db.RemoveEntriesTo(1, 1, i-2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i%15 == 0 {
+			idle++
+			save(t, db, pb.Update{ShardID: 2, ReplicaID: 1, State: pb.State{Term: 1}, EntriesToSave: makeEntries(1, idle, idle)})
+		}
+		if segs, _ := files(t, fs); len(segs) > 6 {
+			t.Fatalf("after save %d: %d segments, kept by the idle replica's entries", i, len(segs))
+		}
+	}
+	if relocated(db) == 0 {
+		t.Fatal("no entry copied forward")
+	}
+	check := func(db *LogDB) {
+		t.Helper()
+		equal(t, "idle replica's entries", iterate(t, db, 2, 1, 1, math.MaxUint64, math.MaxUint64), makeEntries(1, 1, idle))
+		equal(t, "busy replica's entries", indexes(iterate(t, db, 1, 1, 599, math.MaxUint64, math.MaxUint64)), span(599, 600))
+	}
+	check(db)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openSized(t, fs, size)
+	check(db)
+}
