@@ -66,9 +66,10 @@ type Config struct {
 	// which a snapshot (and log compaction) is requested, even before
 	// SnapshotEntries; 0 means DefaultSnapshotBytes.
 	SnapshotBytes uint64
-	// RaftLog is the Raft log store, RaftLogBaton or RaftLogDragonboat;
-	// "" means the one DataDir was created with, or DefaultRaftLog for a
-	// new one. It cannot change for an existing data dir.
+	// RaftLog is the Raft log store, RaftLogBaton, RaftLogSeglog or
+	// RaftLogDragonboat; "" means the one DataDir was created with, or
+	// DefaultRaftLog for a new one. It cannot change for an existing data
+	// dir.
 	RaftLog string
 	// RaftTransport is how this node's Raft messages travel,
 	// RaftTransportBaton or RaftTransportDragonboat; "" means
@@ -114,6 +115,11 @@ const (
 	// of the commit index alone is not synced (one device flush per request
 	// on each node instead of two; BENCHMARKS.md).
 	RaftLogBaton = "baton"
+	// RaftLogSeglog is engine/seglog: the same semantics and sync policy
+	// as RaftLogBaton, on append-only segment files with an in-memory
+	// index instead of pebble (no memtable, flush or compaction work for
+	// entries that a snapshot soon deletes). Not the default yet.
+	RaftLogSeglog = "seglog"
 	// RaftLogDragonboat is dragonboat's own store, which syncs every state
 	// change; data dirs created before RaftLog existed have it.
 	RaftLogDragonboat = "dragonboat"
@@ -185,8 +191,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--shards %d out of range 1..%d", c.Shards, sm.MaxShards)
 	case c.DataDir == "":
 		return errors.New("--data is empty")
-	case c.RaftLog != "" && c.RaftLog != RaftLogBaton && c.RaftLog != RaftLogDragonboat:
-		return fmt.Errorf("--raft-log %q: want %s or %s", c.RaftLog, RaftLogBaton, RaftLogDragonboat)
+	case c.RaftLog != "" && c.RaftLog != RaftLogBaton && c.RaftLog != RaftLogSeglog && c.RaftLog != RaftLogDragonboat:
+		return fmt.Errorf("--raft-log %q: want %s, %s or %s", c.RaftLog, RaftLogBaton, RaftLogSeglog, RaftLogDragonboat)
 	case c.RaftTransport != "" && c.RaftTransport != RaftTransportBaton && c.RaftTransport != RaftTransportDragonboat:
 		return fmt.Errorf("--raft-transport %q: want %s or %s", c.RaftTransport, RaftTransportBaton, RaftTransportDragonboat)
 	}

@@ -25,9 +25,10 @@ type settings struct {
 	Shards  int      `json:"shards"`
 	ID      uint64   `json:"id"`
 	Peers   []string `json:"peers"`
-	// RaftLog is the Raft log store (RaftLogBaton, RaftLogDragonboat); a
-	// data dir from before it was recorded has dragonboat's, and dragonboat
-	// refuses to open a NodeHost dir with another store than it was made by.
+	// RaftLog is the Raft log store (RaftLogBaton, RaftLogSeglog,
+	// RaftLogDragonboat); a data dir from before it was recorded has
+	// dragonboat's, and dragonboat refuses to open a NodeHost dir with
+	// another store than it was made by.
 	RaftLog string `json:"raft_log,omitempty"`
 }
 

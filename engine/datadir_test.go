@@ -70,6 +70,10 @@ func TestRaftLogSetting(t *testing.T) {
 		{"dir from before the setting", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"]}`, "", RaftLogDragonboat},
 		{"dir from before, baton asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"]}`, RaftLogBaton, ""},
 		{"baton dir, dragonboat asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"baton"}`, RaftLogDragonboat, ""},
+		{"new dir, seglog asked for", "", RaftLogSeglog, RaftLogSeglog},
+		{"seglog dir, nothing asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"seglog"}`, "", RaftLogSeglog},
+		{"seglog dir, baton asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"seglog"}`, RaftLogBaton, ""},
+		{"baton dir, seglog asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"baton"}`, RaftLogSeglog, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")

@@ -45,7 +45,8 @@
 //
 // Dragonboat keeps each shard's Raft log in the store Config.RaftLog names:
 // engine/raftlog, baton's own (it does not sync a change of the commit
-// index alone), or dragonboat's (raftStorageConfig); snapshots.go keeps
+// index alone), engine/seglog (the same policy on segment files instead of
+// pebble), or dragonboat's (raftStorageConfig); snapshots.go keeps
 // that log short in bytes as well as in entries. Raft messages travel
 // by the transport Config.RaftTransport names: engine/raftnet, baton's own
 // (a frame per message batch, one write system call each), or
@@ -73,6 +74,7 @@ import (
 
 	"github.com/baton-dev/baton/engine/raftlog"
 	"github.com/baton-dev/baton/engine/raftnet"
+	"github.com/baton-dev/baton/engine/seglog"
 	sm "github.com/baton-dev/baton/statemachine"
 )
 
@@ -386,8 +388,10 @@ func (n *Node) LeaderUpdated(info raftio.LeaderInfo) {
 // should grow with the locks it holds, not with its write buffers.
 //
 // With RaftLogBaton the store is engine/raftlog (one pebble instance for
-// every shard as well, its own memtable sizes), plugged in through
-// Expert.LogDBFactory; the LogDB sizes above are then dragonboat's only.
+// every shard as well, its own memtable sizes), with RaftLogSeglog
+// engine/seglog (one log of segment files for every shard), each plugged in
+// through Expert.LogDBFactory; the LogDB sizes above are then dragonboat's
+// only.
 func raftStorageConfig(raftLog string) config.ExpertConfig {
 	logdb := config.GetSmallMemLogDBConfig()
 	logdb.KVWriteBufferSize = 4 << 20
@@ -395,8 +399,11 @@ func raftStorageConfig(raftLog string) config.ExpertConfig {
 	engine := config.GetDefaultEngineConfig()
 	engine.ExecShards = 1
 	expert := config.ExpertConfig{LogDB: logdb, Engine: engine}
-	if raftLog == RaftLogBaton {
+	switch raftLog {
+	case RaftLogBaton:
 		expert.LogDBFactory = &raftlog.Factory{}
+	case RaftLogSeglog:
+		expert.LogDBFactory = &seglog.Factory{}
 	}
 	return expert
 }

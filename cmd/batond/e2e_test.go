@@ -1187,27 +1187,33 @@ func TestSettingsFixed(t *testing.T) {
 
 // TestRaftLogKept: a data dir keeps the Raft log store it was created
 // with. One made with dragonboat's store (as every data dir from before
-// --raft-log) restarts on it without the flag, after kill -9, with its
-// locks; asking it for baton's store is refused and damages nothing.
+// --raft-log), or with seglog, restarts on it without the flag, after kill
+// -9, with its locks; asking it for baton's store is refused and damages
+// nothing.
 func TestRaftLogKept(t *testing.T) {
 	t.Parallel()
-	n := harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 4, Args: []string{"--raft-log", "dragonboat"}})
-	c := harness.Dial(t, n.ClientAddr)
-	tok := acquire(t, c, "raftlog/k", 600000)
-	n.Kill()
+	for _, store := range []string{"dragonboat", "seglog"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			n := harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 4, Args: []string{"--raft-log", store}})
+			c := harness.Dial(t, n.ClientAddr)
+			tok := acquire(t, c, "raftlog/k", 600000)
+			n.Kill()
 
-	args := append([]string(nil), n.Args...)
-	for i := range args {
-		if args[i] == "--raft-log" {
-			args[i+1] = "baton"
-		}
+			args := append([]string(nil), n.Args...)
+			for i := range args {
+				if args[i] == "--raft-log" {
+					args[i+1] = "baton"
+				}
+			}
+			res := harness.Run(t, harness.Bin(t), "", 30*time.Second, args...)
+			expectRefusal(t, res, "raft-log", store)
+
+			n.Args = slices.DeleteFunc(append([]string(nil), n.Args...), func(a string) bool { return a == "--raft-log" || a == store })
+			n.Restart()
+			queryHeld(t, harness.Dial(t, n.ClientAddr), "raftlog/k", tok)
+		})
 	}
-	res := harness.Run(t, harness.Bin(t), "", 30*time.Second, args...)
-	expectRefusal(t, res, "raft-log", "dragonboat")
-
-	n.Args = slices.DeleteFunc(append([]string(nil), n.Args...), func(a string) bool { return a == "--raft-log" || a == "dragonboat" })
-	n.Restart()
-	queryHeld(t, harness.Dial(t, n.ClientAddr), "raftlog/k", tok)
 }
 
 func TestSignalsExitZero(t *testing.T) {

@@ -76,10 +76,11 @@ Flags:
                   the last one reach N bytes (default 16777216)
   --raft-log NAME the Raft log store, fixed when the data dir is created:
                   baton (syncs term, vote, entries and snapshots, not a
-                  change of the commit index alone) or dragonboat (its own
-                  store, which syncs every change); "" takes the one stored
-                  in DIR (default "", meaning baton for a new data dir and
-                  dragonboat for one created before this flag)
+                  change of the commit index alone), seglog (the same
+                  policy, on segment files instead of pebble) or dragonboat
+                  (its own store, which syncs every change); "" takes the
+                  one stored in DIR (default "", meaning baton for a new
+                  data dir and dragonboat for one created before this flag)
   --raft-transport NAME
                   how Raft messages travel between nodes: baton (a frame
                   per batch, one write each) or dragonboat (its own TCP

@@ -1,13 +1,13 @@
 package raftlog
 
 import (
-	"fmt"
 	"math"
-	"reflect"
 	"testing"
 
+	"github.com/baton-dev/baton/engine/internal/logdbtest"
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/logger"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
@@ -41,49 +41,38 @@ func openStore(t *testing.T, fs vfs.FS) *LogDB {
 	return db
 }
 
-// reopen closes db cleanly and opens it again on the same fs.
-func reopen(t *testing.T, fs vfs.FS, db *LogDB) *LogDB {
-	t.Helper()
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return openStore(t, fs)
+// harness runs the shared behavioural tests (logdbtest) on this store.
+var storeHarness = &logdbtest.Harness{
+	Open: func(t *testing.T, fs vfs.FS) raftio.ILogDB { return openStore(t, fs) },
+	Lowest: func(t *testing.T, db raftio.ILogDB, shardID, replicaID uint64) uint64 {
+		return lowestEntry(t, db.(*LogDB), shardID, replicaID)
+	},
+	Saves: func(db raftio.ILogDB) (uint64, uint64) {
+		l := db.(*LogDB)
+		return l.syncedSaves.Load(), l.unsyncedSaves.Load()
+	},
+	// A cold cache: everything is read from pebble again.
+	Forget: func(t *testing.T, db raftio.ILogDB) raftio.ILogDB {
+		db.(*LogDB).cache = newCache()
+		return db
+	},
+	Factory: func() config.LogDBFactory { return &Factory{} },
+	Files:   nodeHostFiles,
+	Records: func(t *testing.T, db raftio.ILogDB, kind logdbtest.Kind) int {
+		prefix := map[logdbtest.Kind]byte{logdbtest.Entries: prefixEntry, logdbtest.Snapshots: prefixSnapshot}[kind]
+		it := db.(*LogDB).db.NewIter(nil)
+		defer it.Close()
+		n := 0
+		for ok := it.SeekGE([]byte{prefix}); ok && it.Key()[0] == prefix; ok = it.Next() {
+			n++
+		}
+		return n
+	},
 }
 
-// makeEntries returns entries first..last of term, each with a command that
-// names it, so a test can tell which save an entry came from.
-func makeEntries(term, first, last uint64) []pb.Entry {
-	var out []pb.Entry
-	for i := first; i <= last; i++ {
-		out = append(out, pb.Entry{
-			Term:  term,
-			Index: i,
-			Type:  pb.ApplicationEntry,
-			Cmd:   fmt.Appendf(nil, "entry %d of term %d", i, term),
-		})
-	}
-	return out
-}
-
-func save(t *testing.T, db *LogDB, uds ...pb.Update) {
-	t.Helper()
-	if err := db.SaveRaftState(uds, 1); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func iterate(t *testing.T, db *LogDB, shardID, replicaID, low, high, maxSize uint64) []pb.Entry {
-	t.Helper()
-	ents, _, err := db.IterateEntries(nil, 0, shardID, replicaID, low, high, maxSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ents
-}
-
-// all returns the replica's live entries from its lowest stored one (found
-// in pebble directly, since the store has no call for it).
-func all(t *testing.T, db *LogDB, shardID, replicaID uint64) []pb.Entry {
+// lowestEntry returns the index of the replica's lowest entry in the store,
+// live or not (0 if none); reading it while NodeHost runs is safe.
+func lowestEntry(t *testing.T, db *LogDB, shardID, replicaID uint64) uint64 {
 	t.Helper()
 	it := db.db.NewIter(&pebble.IterOptions{
 		LowerBound: indexKey(prefixEntry, shardID, replicaID, 0),
@@ -91,65 +80,28 @@ func all(t *testing.T, db *LogDB, shardID, replicaID uint64) []pb.Entry {
 	})
 	defer it.Close()
 	if !it.First() {
+		return 0
+	}
+	index, _ := keyIndex(it.Key())
+	return index
+}
+
+// all returns the replica's live entries from its lowest stored one.
+func all(t *testing.T, db *LogDB, shardID, replicaID uint64) []pb.Entry {
+	t.Helper()
+	first := lowestEntry(t, db, shardID, replicaID)
+	if first == 0 {
 		return nil
 	}
-	first, _ := keyIndex(it.Key())
 	return iterate(t, db, shardID, replicaID, first, math.MaxUint64, math.MaxUint64)
 }
 
-func indexes(ents []pb.Entry) []uint64 {
-	out := []uint64{}
-	for _, e := range ents {
-		out = append(out, e.Index)
-	}
-	return out
-}
-
-func span(first, last uint64) []uint64 {
-	out := []uint64{}
-	for i := first; i <= last; i++ {
-		out = append(out, i)
-	}
-	return out
-}
-
-func readState(t *testing.T, db *LogDB, shardID, replicaID, snapshotIndex uint64) raftio.RaftState {
-	t.Helper()
-	rs, err := db.ReadRaftState(shardID, replicaID, snapshotIndex)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rs
-}
-
-func equal(t *testing.T, what string, got, want any) {
-	t.Helper()
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("%s = %+v, want %+v", what, got, want)
-	}
-}
-
-// view is everything a store shows about one replica, to compare a store
-// before and after a reopen.
-type view struct {
-	Bootstrap    pb.Bootstrap
-	BootstrapErr error
-	State        raftio.RaftState
-	StateErr     error
-	Snapshot     pb.Snapshot
-	Entries      []pb.Entry
-}
-
-func viewOf(t *testing.T, db *LogDB, shardID, replicaID, snapshotIndex uint64) view {
-	t.Helper()
-	var v view
-	v.Bootstrap, v.BootstrapErr = db.GetBootstrapInfo(shardID, replicaID)
-	v.State, v.StateErr = db.ReadRaftState(shardID, replicaID, snapshotIndex)
-	ss, err := db.GetSnapshot(shardID, replicaID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v.Snapshot = ss
-	v.Entries = all(t, db, shardID, replicaID)
-	return v
-}
+// The shared helpers, under their old names here.
+var (
+	makeEntries = logdbtest.MakeEntries
+	save        = logdbtest.Save
+	iterate     = logdbtest.Iterate
+	indexes     = logdbtest.Indexes
+	readState   = logdbtest.ReadState
+	powerLoss   = storeHarness.PowerLoss
+)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/baton-dev/baton/engine/internal/durable"
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/lni/dragonboat/v4/raftio"
@@ -66,12 +67,12 @@ func Open(dir string, opts Options) (*LogDB, error) {
 	if fs == nil {
 		fs = vfs.Default
 	}
-	if err := mkdirAll(fs, dir); err != nil {
+	if err := durable.MkdirAll(fs, dir); err != nil {
 		return nil, fmt.Errorf("raftlog: create %s: %w", dir, err)
 	}
 	walDir := ""
 	if opts.WALDir != "" && opts.WALDir != dir {
-		if err := mkdirAll(fs, opts.WALDir); err != nil {
+		if err := durable.MkdirAll(fs, opts.WALDir); err != nil {
 			return nil, fmt.Errorf("raftlog: create %s: %w", opts.WALDir, err)
 		}
 		walDir = opts.WALDir

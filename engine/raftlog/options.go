@@ -1,10 +1,6 @@
 package raftlog
 
 import (
-	"errors"
-	"fmt"
-	"os"
-
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/lni/dragonboat/v4/config"
@@ -93,36 +89,4 @@ func pebbleOptions(fs vfs.FS, walDir string, events pebble.EventListener) *pebbl
 		l.Compression = pebble.SnappyCompression
 	}
 	return opts
-}
-
-// mkdirAll creates dir and its missing parents, syncing each parent after
-// creating a child in it: a directory entry that is not synced can vanish in
-// a power loss, and with it everything the store synced below it.
-func mkdirAll(fs vfs.FS, dir string) error {
-	if _, err := fs.Stat(dir); err == nil {
-		return nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	parent := fs.PathDir(dir)
-	if parent != dir {
-		if err := mkdirAll(fs, parent); err != nil {
-			return err
-		}
-	}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if parent == dir {
-		return nil
-	}
-	d, err := fs.OpenDir(parent)
-	if err != nil {
-		return err
-	}
-	if err := d.Sync(); err != nil {
-		_ = d.Close()
-		return fmt.Errorf("sync %s: %w", parent, err)
-	}
-	return d.Close()
 }

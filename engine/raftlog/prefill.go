@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/baton-dev/baton/engine/internal/durable"
 	"github.com/cockroachdb/pebble/vfs"
 )
 
@@ -44,33 +45,18 @@ type prefillFS struct {
 	size int
 }
 
-// zeros is what prefilled WAL files are written with.
-var zeros = make([]byte, 1<<20)
-
-// Create implements vfs.FS. A WAL file (a .log file in walDir) is created,
-// prefilled, synced and reopened without truncation through ReuseForWrite
-// (renaming it onto itself), which leaves its offset at 0.
+// Create implements vfs.FS. A WAL file (a .log file in walDir) is created
+// through durable.CreateZeroed: written full of zeros, synced, and reopened
+// for writing at offset 0 without truncation.
 func (fs prefillFS) Create(name string) (vfs.File, error) {
 	if !fs.isWAL(name) {
 		return fs.FS.Create(name)
 	}
-	f, err := fs.FS.Create(name)
-	if err != nil {
-		return nil, err
-	}
-	for n := 0; n < fs.size && err == nil; n += len(zeros) {
-		_, err = f.Write(zeros[:min(len(zeros), fs.size-n)])
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
+	f, err := durable.CreateZeroed(fs.FS, name, int64(fs.size))
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: prefill %s: %w", name, err)
 	}
-	return fs.FS.ReuseForWrite(name, name)
+	return f, nil
 }
 
 // isWAL reports whether name is one of pebble's WAL files.

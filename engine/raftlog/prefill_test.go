@@ -95,7 +95,7 @@ func TestPrefilledWALsSurvivePowerLoss(t *testing.T) {
 		t.Fatalf("%d WAL files: the test needs pebble to switch files", logs)
 	}
 
-	db = powerLoss(t, fs, db)
+	db = powerLoss(t, fs, db).(*LogDB)
 	got := iterate(t, db, 1, 1, 1, math.MaxUint64, math.MaxUint64)
 	if len(got) != entries {
 		t.Fatalf("%d entries after the power loss, want %d", len(got), entries)

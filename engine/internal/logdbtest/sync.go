@@ -1,4 +1,4 @@
-package raftlog
+package logdbtest
 
 import (
 	"errors"
@@ -10,41 +10,27 @@ import (
 	pb "github.com/lni/dragonboat/v4/raftpb"
 )
 
-// powerLoss closes db without letting anything more reach "disk", drops
-// every write that was not synced, as a power loss would, and opens the
-// store again. (Close syncs the WAL; the strict file system ignores that.)
-func powerLoss(t *testing.T, fs *vfs.MemFS, db *LogDB) *LogDB {
-	t.Helper()
-	fs.SetIgnoreSyncs(true)
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	fs.ResetToSyncedState()
-	fs.SetIgnoreSyncs(false)
-	return openStore(t, fs)
-}
-
 // The sync policy, proven against pebble's strict in-memory file system.
 // Every case starts from entries 1..10 of term 2, voted for 1, committed to
 // 5, saved with a sync, then does its steps and loses power.
-func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
+func testSyncPolicySurvivesPowerLoss(t *testing.T, h *Harness) {
 	base := pb.State{Term: 2, Vote: 1, Commit: 5}
-	commitOnly := func(commit uint64) func(*testing.T, *LogDB) {
-		return func(t *testing.T, db *LogDB) {
+	commitOnly := func(commit uint64) func(*testing.T, raftio.ILogDB) {
+		return func(t *testing.T, db raftio.ILogDB) {
 			save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 2, Vote: 1, Commit: commit}})
 		}
 	}
 	type counts struct{ synced, unsynced uint64 }
 	tests := []struct {
 		name  string
-		steps []func(*testing.T, *LogDB)
+		steps []func(*testing.T, raftio.ILogDB)
 		// saves counts SaveRaftState commits by sync mode, the base
 		// save included.
 		saves counts
 		// what survives
 		state   pb.State
 		entries []uint64
-		check   func(*testing.T, *LogDB)
+		check   func(*testing.T, raftio.ILogDB)
 	}{
 		{
 			name:    "nothing after the base save",
@@ -58,23 +44,23 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 			// more than was saved), and entries, term and vote are
 			// all there.
 			name:    "commit only is not synced",
-			steps:   []func(*testing.T, *LogDB){commitOnly(8)},
+			steps:   []func(*testing.T, raftio.ILogDB){commitOnly(8)},
 			saves:   counts{1, 1},
 			state:   base,
 			entries: span(1, 10),
 		},
 		{
 			name:    "several commit-only saves",
-			steps:   []func(*testing.T, *LogDB){commitOnly(6), commitOnly(7), commitOnly(8)},
+			steps:   []func(*testing.T, raftio.ILogDB){commitOnly(6), commitOnly(7), commitOnly(8)},
 			saves:   counts{1, 3},
 			state:   base,
 			entries: span(1, 10),
 		},
 		{
 			// A later synced write makes the earlier unsynced one
-			// durable: the WAL is one sequential log.
+			// durable: the log is sequential.
 			name: "commit only, then entries of the same replica",
-			steps: []func(*testing.T, *LogDB){commitOnly(8), func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){commitOnly(8), func(t *testing.T, db raftio.ILogDB) {
 				save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, EntriesToSave: makeEntries(2, 11, 12)})
 			}},
 			saves:   counts{2, 1},
@@ -83,19 +69,19 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 		},
 		{
 			name: "commit only, then entries of another replica",
-			steps: []func(*testing.T, *LogDB){commitOnly(8), func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){commitOnly(8), func(t *testing.T, db raftio.ILogDB) {
 				save(t, db, pb.Update{ShardID: 7, ReplicaID: 3, State: pb.State{Term: 1}, EntriesToSave: makeEntries(1, 1, 1)})
 			}},
 			saves:   counts{2, 1},
 			state:   pb.State{Term: 2, Vote: 1, Commit: 8},
 			entries: span(1, 10),
-			check: func(t *testing.T, db *LogDB) {
-				equal(t, "other replica", indexes(all(t, db, 7, 3)), []uint64{1})
+			check: func(t *testing.T, db raftio.ILogDB) {
+				equal(t, "other replica", indexes(h.all(t, db, 7, 3)), []uint64{1})
 			},
 		},
 		{
 			name: "commit only, then a bootstrap record",
-			steps: []func(*testing.T, *LogDB){commitOnly(8), func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){commitOnly(8), func(t *testing.T, db raftio.ILogDB) {
 				if err := db.SaveBootstrapInfo(7, 3, pb.Bootstrap{Join: true}); err != nil {
 					t.Fatal(err)
 				}
@@ -106,7 +92,7 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 		},
 		{
 			name: "commit only, with a commit-only save of another replica in the same call",
-			steps: []func(*testing.T, *LogDB){func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){func(t *testing.T, db raftio.ILogDB) {
 				save(t, db,
 					pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 2, Vote: 1, Commit: 8}},
 					pb.Update{ShardID: 1, ReplicaID: 2, State: pb.State{Term: 2, Vote: 1, Commit: 8}},
@@ -118,7 +104,7 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 		},
 		{
 			name: "term change alone is synced",
-			steps: []func(*testing.T, *LogDB){func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){func(t *testing.T, db raftio.ILogDB) {
 				save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 3, Commit: 5}})
 			}},
 			saves:   counts{2, 0},
@@ -127,7 +113,7 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 		},
 		{
 			name: "vote change alone is synced",
-			steps: []func(*testing.T, *LogDB){func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){func(t *testing.T, db raftio.ILogDB) {
 				save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 2, Vote: 2, Commit: 5}})
 			}},
 			saves:   counts{2, 0},
@@ -136,7 +122,7 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 		},
 		{
 			name: "entries with a commit change are synced",
-			steps: []func(*testing.T, *LogDB){func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){func(t *testing.T, db raftio.ILogDB) {
 				save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 2, Vote: 1, Commit: 9},
 					EntriesToSave: makeEntries(2, 11, 11)})
 			}},
@@ -146,7 +132,7 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 		},
 		{
 			name: "an overwritten suffix is synced",
-			steps: []func(*testing.T, *LogDB){func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){func(t *testing.T, db raftio.ILogDB) {
 				save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 3, Vote: 1, Commit: 5},
 					EntriesToSave: makeEntries(3, 6, 7)})
 			}},
@@ -156,14 +142,14 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 		},
 		{
 			name: "a snapshot with a commit change is synced",
-			steps: []func(*testing.T, *LogDB){func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){func(t *testing.T, db raftio.ILogDB) {
 				save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 2, Vote: 1, Commit: 10},
 					Snapshot: pb.Snapshot{Index: 10, Term: 2}})
 			}},
 			saves:   counts{2, 0},
 			state:   pb.State{Term: 2, Vote: 1, Commit: 10},
 			entries: span(1, 10),
-			check: func(t *testing.T, db *LogDB) {
+			check: func(t *testing.T, db raftio.ILogDB) {
 				if ss, err := db.GetSnapshot(1, 1); err != nil || ss.Index != 10 {
 					t.Fatalf("snapshot = %d, %v; want 10", ss.Index, err)
 				}
@@ -171,7 +157,7 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 		},
 		{
 			name: "SaveSnapshots is synced",
-			steps: []func(*testing.T, *LogDB){func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){func(t *testing.T, db raftio.ILogDB) {
 				if err := db.SaveSnapshots([]pb.Update{{ShardID: 1, ReplicaID: 1, Snapshot: pb.Snapshot{Index: 4, Term: 2}}}); err != nil {
 					t.Fatal(err)
 				}
@@ -179,7 +165,7 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 			saves:   counts{1, 0},
 			state:   base,
 			entries: span(1, 10),
-			check: func(t *testing.T, db *LogDB) {
+			check: func(t *testing.T, db raftio.ILogDB) {
 				if ss, err := db.GetSnapshot(1, 1); err != nil || ss.Index != 4 {
 					t.Fatalf("snapshot = %d, %v; want 4", ss.Index, err)
 				}
@@ -187,7 +173,7 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 		},
 		{
 			name: "RemoveEntriesTo is synced",
-			steps: []func(*testing.T, *LogDB){func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){func(t *testing.T, db raftio.ILogDB) {
 				if err := db.RemoveEntriesTo(1, 1, 4); err != nil {
 					t.Fatal(err)
 				}
@@ -198,7 +184,7 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 		},
 		{
 			name: "ImportSnapshot is synced",
-			steps: []func(*testing.T, *LogDB){func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){func(t *testing.T, db raftio.ILogDB) {
 				if err := db.ImportSnapshot(pb.Snapshot{ShardID: 1, Index: 8, Term: 4, Type: pb.RegularStateMachine}, 1); err != nil {
 					t.Fatal(err)
 				}
@@ -209,13 +195,13 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 		},
 		{
 			name: "RemoveNodeData is synced",
-			steps: []func(*testing.T, *LogDB){func(t *testing.T, db *LogDB) {
+			steps: []func(*testing.T, raftio.ILogDB){func(t *testing.T, db raftio.ILogDB) {
 				if err := db.RemoveNodeData(1, 1); err != nil {
 					t.Fatal(err)
 				}
 			}},
 			saves: counts{1, 0},
-			check: func(t *testing.T, db *LogDB) {
+			check: func(t *testing.T, db raftio.ILogDB) {
 				if _, err := db.ReadRaftState(1, 1, 0); !errors.Is(err, raftio.ErrNoSavedLog) {
 					t.Fatalf("ReadRaftState after removal: %v", err)
 				}
@@ -228,7 +214,7 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fs := vfs.NewStrictMem()
-			db := openStore(t, fs)
+			db := h.Open(t, fs)
 			if err := db.SaveBootstrapInfo(1, 1, pb.Bootstrap{Addresses: map[uint64]string{1: "a:1"}}); err != nil {
 				t.Fatal(err)
 			}
@@ -236,10 +222,11 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 			for _, step := range tt.steps {
 				step(t, db)
 			}
-			if got := (counts{db.syncedSaves.Load(), db.unsyncedSaves.Load()}); got != tt.saves {
+			if s, u := h.Saves(db); (counts{s, u}) != tt.saves {
+				got := counts{s, u}
 				t.Fatalf("SaveRaftState commits (synced, unsynced) = %v, want %v", got, tt.saves)
 			}
-			db = powerLoss(t, fs, db)
+			db = h.powerLoss(t, fs, db)
 			if tt.check != nil {
 				tt.check(t, db)
 			}
@@ -248,7 +235,7 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 			}
 			rs := readState(t, db, 1, 1, 0)
 			equal(t, "state", rs.State, tt.state)
-			equal(t, "entries", indexes(all(t, db, 1, 1)), tt.entries)
+			equal(t, "entries", indexes(h.all(t, db, 1, 1)), tt.entries)
 			if _, err := db.GetBootstrapInfo(1, 1); err != nil {
 				t.Fatalf("bootstrap: %v", err)
 			}
@@ -259,20 +246,20 @@ func TestSyncPolicySurvivesPowerLoss(t *testing.T) {
 // The first State saved after the store opens is synced, even if it differs
 // from the one on disk in its commit index only: the store keeps no State
 // from before, so it has nothing to compare the term and vote with.
-func TestFirstStateAfterOpenIsSynced(t *testing.T) {
+func testFirstStateAfterOpenIsSynced(t *testing.T, h *Harness) {
 	fs := vfs.NewStrictMem()
-	db := openStore(t, fs)
+	db := h.Open(t, fs)
 	save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 2, Vote: 1, Commit: 5}, EntriesToSave: makeEntries(2, 1, 10)})
-	db = reopen(t, fs, db)
+	db = h.reopen(t, fs, db)
 	save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 2, Vote: 1, Commit: 9}})
-	db = powerLoss(t, fs, db)
+	db = h.powerLoss(t, fs, db)
 	equal(t, "state", readState(t, db, 1, 1, 0).State, pb.State{Term: 2, Vote: 1, Commit: 9})
 }
 
 // A long run of saves with power lost at every point: whatever is read back
 // has every entry and the term and vote of the last synced save, and a
 // commit index between the last synced one and the last saved one.
-func TestPowerLossAtEveryStep(t *testing.T) {
+func testPowerLossAtEveryStep(t *testing.T, h *Harness) {
 	type step struct {
 		ud     pb.Update
 		synced bool
@@ -296,7 +283,7 @@ func TestPowerLossAtEveryStep(t *testing.T) {
 	}
 	for n := 1; n <= len(steps); n++ {
 		fs := vfs.NewStrictMem()
-		db := openStore(t, fs)
+		db := h.Open(t, fs)
 		var lastSynced, lastSaved pb.State
 		var entries uint64
 		for _, s := range steps[:n] {
@@ -310,7 +297,7 @@ func TestPowerLossAtEveryStep(t *testing.T) {
 				entries = s.ud.EntriesToSave[k-1].Index
 			}
 		}
-		db = powerLoss(t, fs, db)
+		db = h.powerLoss(t, fs, db)
 		st := readState(t, db, 1, 1, 0).State
 		if st.Term != lastSynced.Term || st.Vote != lastSynced.Vote ||
 			st.Commit < lastSynced.Commit || st.Commit > lastSaved.Commit {

@@ -1,5 +1,5 @@
 //go:build race
 
-package raftlog
+package logdbtest
 
 const raceEnabled = true
