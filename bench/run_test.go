@@ -306,7 +306,10 @@ func TestOpenLoopRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The fake is far faster than 2000 cycles/s: the rate is the limit.
-	if res.CyclesPerSec < 1800 || res.CyclesPerSec > 2200 || res.Behind > 4 || len(res.Notes) != 0 || len(res.Errors) != 0 {
+	// The loop may end a few cycles behind its schedule when the machine
+	// is busy (make test runs packages in parallel, under -race): 40 is
+	// 20 ms of the schedule; a loop that cannot keep up is far more.
+	if res.CyclesPerSec < 1800 || res.CyclesPerSec > 2200 || res.Behind > 40 || len(res.Notes) != 0 || len(res.Errors) != 0 {
 		t.Fatalf("%.0f cycles/s at rate 2000, behind %d, errors %v, notes %v", res.CyclesPerSec, res.Behind, res.Errors, res.Notes)
 	}
 	if len(res.Series) < 1 || res.Rate != 2000 {

@@ -177,6 +177,21 @@ func dropped(err error) bool {
 // dropped request.
 func retry(t *testing.T, what string, op func(context.Context) error) {
 	t.Helper()
+	retryIf(t, what, op, dropped)
+}
+
+// timedOutOrDropped is dropped, or a request dragonboat gave up on: a read
+// may be tried again after that (a proposal may not: it may have applied).
+// A slow machine (the race detector, parallel packages) can delay the
+// leader's confirmation of a read beyond dragonboat's own timeout.
+func timedOutOrDropped(err error) bool {
+	return dropped(err) || errors.Is(err, dragonboat.ErrTimeout)
+}
+
+// retryIf runs op until it succeeds or fails with an error again does not
+// accept, for at most 20 seconds.
+func retryIf(t *testing.T, what string, op func(context.Context) error, again func(error) bool) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -185,7 +200,7 @@ func retry(t *testing.T, what string, op func(context.Context) error) {
 		if err == nil {
 			return
 		}
-		if !dropped(err) || time.Now().After(deadline) {
+		if !again(err) || time.Now().After(deadline) {
 			t.Fatalf("%s: %v", what, err)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -206,10 +221,10 @@ func propose(t *testing.T, nh *dragonboat.NodeHost, i int) uint64 {
 func readSM(t *testing.T, nh *dragonboat.NodeHost) [2]uint64 {
 	t.Helper()
 	var v any
-	retry(t, "read", func(ctx context.Context) (err error) {
+	retryIf(t, "read", func(ctx context.Context) (err error) {
 		v, err = nh.SyncRead(ctx, 1, nil)
 		return err
-	})
+	}, timedOutOrDropped)
 	return v.([2]uint64)
 }
 
