@@ -47,8 +47,8 @@ func TestFactoryDirectories(t *testing.T) {
 			}
 			defer ldb.Close()
 			db := ldb.(*LogDB)
-			if len(db.workers) != 3 {
-				t.Fatalf("%d worker contexts, want 3", len(db.workers))
+			if db.workers.Len() != 3 {
+				t.Fatalf("%d worker contexts, want 3", db.workers.Len())
 			}
 			if !hasWAL(t, fs, tt.walDir) {
 				t.Fatalf("no WAL in %s", tt.walDir)

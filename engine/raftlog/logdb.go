@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 
 	"github.com/baton-dev/baton/engine/internal/durable"
+	"github.com/baton-dev/baton/engine/internal/stepworkers"
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/lni/dragonboat/v4/raftio"
@@ -41,8 +41,7 @@ type LogDB struct {
 	db *pebble.DB
 
 	cache   *cache
-	workers []*saveContext
-	spare   sync.Pool // *saveContext for worker ids beyond workers
+	workers *stepworkers.Contexts[saveContext]
 
 	compactor *compactor
 	busy      *busyMonitor
@@ -55,10 +54,6 @@ type LogDB struct {
 }
 
 var _ raftio.ILogDB = (*LogDB)(nil)
-
-// defaultWorkers is dragonboat's default number of step workers
-// (config.EngineConfig.ExecShards).
-const defaultWorkers = 16
 
 // Open opens the store in dir, creating it (and its missing parents) if
 // needed.
@@ -89,21 +84,13 @@ func Open(dir string, opts Options) (*LogDB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open pebble in %s: %w", dir, err)
 	}
-	workers := opts.Workers
-	if workers == 0 {
-		workers = defaultWorkers
-	}
 	l := &LogDB{
 		db:        db,
 		cache:     newCache(),
-		workers:   make([]*saveContext, workers),
+		workers:   stepworkers.New(opts.Workers, func() *saveContext { return newSaveContext(db) }),
 		compactor: newCompactor(db),
 		busy:      busy,
 	}
-	for i := range l.workers {
-		l.workers[i] = newSaveContext(db)
-	}
-	l.spare.New = func() any { return newSaveContext(db) }
 	busy.start(db.Metrics)
 	return l, nil
 }

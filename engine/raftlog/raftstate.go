@@ -24,16 +24,6 @@ func newSaveContext(db *pebble.DB) *saveContext {
 	return &saveContext{batch: db.NewBatch()}
 }
 
-// context returns the worker's context and the function that gives it back.
-// Dragonboat numbers its step workers from 1.
-func (l *LogDB) context(workerID uint64) (*saveContext, func()) {
-	if workerID >= 1 && workerID <= uint64(len(l.workers)) {
-		return l.workers[workerID-1], func() {}
-	}
-	c := l.spare.Get().(*saveContext)
-	return c, func() { l.spare.Put(c) }
-}
-
 // SaveRaftState saves the states, snapshots and entries of the updates in
 // one pebble batch, so that each call is atomic.
 //
@@ -57,7 +47,7 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 	if len(updates) == 0 {
 		return nil
 	}
-	c, release := l.context(workerID)
+	c, release := l.workers.Get(workerID)
 	defer release()
 	c.mu.Lock()
 	defer c.mu.Unlock()

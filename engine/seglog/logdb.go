@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/baton-dev/baton/engine/internal/durable"
+	"github.com/baton-dev/baton/engine/internal/stepworkers"
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
@@ -78,8 +79,7 @@ type LogDB struct {
 
 	idx *index
 
-	workers []*saveContext
-	spare   sync.Pool // *saveContext for worker ids beyond workers
+	workers *stepworkers.Contexts[saveContext]
 
 	closed atomic.Bool
 	// background tracks the goroutine preparing a spare, which Close
@@ -94,10 +94,6 @@ type LogDB struct {
 
 var _ raftio.ILogDB = (*LogDB)(nil)
 
-// defaultWorkers is dragonboat's default number of step workers
-// (config.EngineConfig.ExecShards).
-const defaultWorkers = 16
-
 // Open opens the store in dir, creating it (and its missing parents) if
 // needed: it replays every live segment to rebuild the index, then starts
 // a new segment (see recover).
@@ -109,26 +105,18 @@ func Open(dir string, opts Options) (*LogDB, error) {
 	if err := durable.MkdirAll(fs, dir); err != nil {
 		return nil, fmt.Errorf("seglog: create %s: %w", dir, err)
 	}
-	workers := opts.Workers
-	if workers == 0 {
-		workers = defaultWorkers
-	}
 	l := &LogDB{
 		fs:          fs,
 		dir:         dir,
 		segmentSize: segmentSize,
 		segs:        make(map[uint64]*segment),
 		idx:         newIndex(),
-		workers:     make([]*saveContext, workers),
+		workers:     stepworkers.New(opts.Workers, func() *saveContext { return &saveContext{} }),
 	}
 	if opts.segmentSize != 0 {
 		l.segmentSize = opts.segmentSize
 	}
 	l.synced = sync.NewCond(&l.mu)
-	for i := range l.workers {
-		l.workers[i] = &saveContext{}
-	}
-	l.spare.New = func() any { return &saveContext{} }
 	if err := l.recover(); err != nil {
 		l.closeFiles()
 		return nil, err
