@@ -118,13 +118,14 @@ const (
 	// RaftLogSeglog is engine/seglog: the same semantics and sync policy
 	// as RaftLogBaton, on append-only segment files with an in-memory
 	// index instead of pebble (no memtable, flush or compaction work for
-	// entries that a snapshot soon deletes). Not the default yet.
+	// entries that a snapshot soon deletes): less CPU per request on every
+	// node under load (BENCHMARKS.md), the default for a new data dir.
 	RaftLogSeglog = "seglog"
 	// RaftLogDragonboat is dragonboat's own store, which syncs every state
 	// change; data dirs created before RaftLog existed have it.
 	RaftLogDragonboat = "dragonboat"
 	// DefaultRaftLog is the store of a new data dir.
-	DefaultRaftLog = RaftLogBaton
+	DefaultRaftLog = RaftLogSeglog
 )
 
 // Raft transports (Config.RaftTransport).

@@ -1187,12 +1187,13 @@ func TestSettingsFixed(t *testing.T) {
 
 // TestRaftLogKept: a data dir keeps the Raft log store it was created
 // with. One made with dragonboat's store (as every data dir from before
-// --raft-log), or with seglog, restarts on it without the flag, after kill
-// -9, with its locks; asking it for baton's store is refused and damages
-// nothing.
+// --raft-log), or with baton's pebble one (the default before seglog),
+// restarts on it without the flag, after kill -9, with its locks, although
+// a new data dir would get seglog; asking it for another store is refused
+// and damages nothing.
 func TestRaftLogKept(t *testing.T) {
 	t.Parallel()
-	for _, store := range []string{"dragonboat", "seglog"} {
+	for _, store := range []string{"dragonboat", "baton"} {
 		t.Run(store, func(t *testing.T) {
 			t.Parallel()
 			n := harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 4, Args: []string{"--raft-log", store}})
@@ -1203,7 +1204,7 @@ func TestRaftLogKept(t *testing.T) {
 			args := append([]string(nil), n.Args...)
 			for i := range args {
 				if args[i] == "--raft-log" {
-					args[i+1] = "baton"
+					args[i+1] = "seglog"
 				}
 			}
 			res := harness.Run(t, harness.Bin(t), "", 30*time.Second, args...)

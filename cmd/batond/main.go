@@ -75,12 +75,12 @@ Flags:
                   take one sooner, once the entries applied to a shard since
                   the last one reach N bytes (default 16777216)
   --raft-log NAME the Raft log store, fixed when the data dir is created:
-                  baton (syncs term, vote, entries and snapshots, not a
-                  change of the commit index alone), seglog (the same
-                  policy, on segment files instead of pebble) or dragonboat
-                  (its own store, which syncs every change); "" takes the
-                  one stored in DIR (default "", meaning baton for a new
-                  data dir and dragonboat for one created before this flag)
+                  seglog (segment files; syncs term, vote, entries and
+                  snapshots, not a change of the commit index alone), baton
+                  (the same policy, in pebble) or dragonboat (its own store,
+                  which syncs every change); "" takes the one stored in DIR
+                  (default "", meaning seglog for a new data dir and
+                  dragonboat for one created before this flag)
   --raft-transport NAME
                   how Raft messages travel between nodes: baton (a frame
                   per batch, one write each) or dragonboat (its own TCP

@@ -35,10 +35,10 @@ BATON3=(17960 17970 17980)
 # work; the 4-shard systems above keep the columns of earlier runs.
 BATON1S=17990
 BATON3S=(18000 18010 18020)
-# The 1-shard cluster again on engine/seglog (--raft-log seglog, not the
-# default yet), to measure the Raft log store of segment files beside
-# baton's pebble one.
-BATON3G=(18030 18040 18050)
+# The 1-shard cluster again on engine/raftlog (--raft-log baton, the
+# default before engine/seglog), to measure the pebble Raft log store
+# beside the default one of segment files.
+BATON3P=(18030 18040 18050)
 
 install_missing() {
 	local want=()
@@ -63,7 +63,7 @@ install_missing() {
 for port in "${ETCD_CLIENT[@]}" "${ETCD_PEER[@]}" $REDIS_ALWAYS $REDIS_EVERYSEC $REDIS_NONE \
 	$BATON1 $((BATON1 + 1)) "${BATON3[@]}" $((BATON3[0] + 1)) $((BATON3[1] + 1)) $((BATON3[2] + 1)) \
 	$BATON1S $((BATON1S + 1)) "${BATON3S[@]}" $((BATON3S[0] + 1)) $((BATON3S[1] + 1)) $((BATON3S[2] + 1)) \
-	"${BATON3G[@]}" $((BATON3G[0] + 1)) $((BATON3G[1] + 1)) $((BATON3G[2] + 1)); do
+	"${BATON3P[@]}" $((BATON3P[0] + 1)) $((BATON3P[1] + 1)) $((BATON3P[2] + 1)); do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 		echo "port 127.0.0.1:$port is in use: stop what listens there first" >&2
 		exit 1
@@ -145,7 +145,7 @@ start_baton baton1 4 "" $BATON1
 start_baton baton3 4 "" "${BATON3[@]}"
 start_baton baton1s 1 "" $BATON1S
 start_baton baton3s 1 "" "${BATON3S[@]}"
-start_baton baton3g 1 seglog "${BATON3G[@]}"
+start_baton baton3p 1 baton "${BATON3P[@]}"
 
 etcd_leader=$(timeout 90 "$compare" ready --system etcd --endpoints "$etcd_eps") ||
 	{ echo "etcd did not start:"; tail -n 20 "$work"/etcd*.log; exit 1; }
@@ -164,7 +164,7 @@ ready_baton baton1 "127.0.0.1:$BATON1"
 ready_baton baton3 "127.0.0.1:${BATON3[0]}"
 ready_baton baton1s "127.0.0.1:$BATON1S"
 ready_baton baton3s "127.0.0.1:${BATON3S[0]}"
-ready_baton baton3g "127.0.0.1:${BATON3G[0]}"
+ready_baton baton3p "127.0.0.1:${BATON3P[0]}"
 
 manifest=$OUT/manifest.tsv
 : >"$manifest"
@@ -208,7 +208,7 @@ all_systems() { # SECTION BATON_ARGS -- DRIVER_ARGS
 	measure "$section" baton-3nodes baton_bench "127.0.0.1:${BATON3[0]}" "${bargs[@]}"
 	measure "$section" baton-1node-1shard baton_bench "127.0.0.1:$BATON1S" "${bargs[@]}"
 	measure "$section" baton-3nodes-1shard baton_bench "127.0.0.1:${BATON3S[0]}" "${bargs[@]}"
-	measure "$section" baton-3nodes-seglog baton_bench "127.0.0.1:${BATON3G[0]}" "${bargs[@]}"
+	measure "$section" baton-3nodes-pebble baton_bench "127.0.0.1:${BATON3P[0]}" "${bargs[@]}"
 	measure "$section" etcd-3nodes drive etcd "$etcd_leader" "${dargs[@]}"
 	measure "$section" redis-always drive redis "127.0.0.1:$REDIS_ALWAYS" "${dargs[@]}"
 	measure "$section" redis-everysec drive redis "127.0.0.1:$REDIS_EVERYSEC" "${dargs[@]}"
