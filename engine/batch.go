@@ -57,8 +57,12 @@ func (s *shard) takeProposal() *proposal {
 		s.seq++
 		p = &proposal{seq: s.seq, origins: s.origins, data: s.pending.Seal(sm.Header{Proposer: s.node.proposerID, Seq: s.seq})}
 		// dragonboat keeps the entry's bytes, so the next batch gets
-		// fresh memory instead of reusing this one.
+		// fresh memory instead of reusing this one, sized like this one
+		// (the load changes slowly): growing by doubling allocated about
+		// twice the batch's size, a fifth of the leader's allocation
+		// under a deep pipeline.
 		s.pending = sm.Batch{}
+		s.pending.Grow(len(p.data))
 		s.origins = make([]origin, 0, len(p.origins))
 	default:
 		return nil

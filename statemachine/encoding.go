@@ -118,6 +118,17 @@ func (b *Batch) Append(c Command) {
 	b.n++
 }
 
+// Grow makes room for at least n more encoded bytes (header included
+// while the batch is empty), so that a caller that knows about how large
+// the batch will get (the last one's size, say) allocates once instead of
+// doubling its way there.
+func (b *Batch) Grow(n int) {
+	if len(b.buf) < headerLen {
+		n += headerLen - len(b.buf)
+	}
+	b.buf = slices.Grow(b.buf, n)
+}
+
 // Len is the number of commands in the batch.
 func (b *Batch) Len() int { return int(b.n) }
 

@@ -351,6 +351,38 @@ func TestBatchReuse(t *testing.T) {
 	}
 }
 
+// TestBatchGrow: a batch grown to the size of an earlier one builds the
+// same entry with one allocation, the Grow, instead of one per doubling.
+func TestBatchGrow(t *testing.T) {
+	fill := func(b *Batch) []byte {
+		for i := 0; i < 100; i++ {
+			b.Append(grant("key", 1))
+			b.Append(grantBy("k2", 1, "owner"))
+		}
+		return b.Seal(Header{Seq: 7})
+	}
+	var plain Batch
+	want := fill(&plain)
+	var grown Batch
+	grown.Grow(len(want))
+	if got := fill(&grown); !bytes.Equal(got, want) {
+		t.Fatalf("grown batch encodes differently:\n%x\n%x", got, want)
+	}
+	if allocs := testing.AllocsPerRun(20, func() {
+		var b Batch
+		b.Grow(len(want))
+		fill(&b)
+	}); allocs != 1 {
+		t.Errorf("a batch grown to its size allocates %v times, want 1", allocs)
+	}
+	var small Batch
+	small.Grow(1) // less than a header: still room for the header and the byte
+	small.Append(release("k", 3))
+	if _, cmds, err := DecodeBatch(small.Seal(Header{Seq: 1}), nil); err != nil || len(cmds) != 1 {
+		t.Fatalf("batch grown by 1: %v %+v", err, cmds)
+	}
+}
+
 func TestAppendPanicsOnInvalidCommand(t *testing.T) {
 	for _, c := range []Command{
 		{Op: 0, Key: []byte("k")},
