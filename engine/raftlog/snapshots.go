@@ -43,19 +43,14 @@ func (l *LogDB) SaveSnapshots(updates []pb.Update) error {
 	call := savecall.NewCall("raftlog")
 	for i := range updates {
 		ud := &updates[i]
-		if pb.IsEmptySnapshot(ud.Snapshot) {
-			continue
-		}
-		ni := raftio.GetNodeInfo(ud.ShardID, ud.ReplicaID)
-		newer, err := call.Snapshot((*saveMemory)(l), ni, ud.Snapshot.Index)
+		ch, err := call.Snapshot((*saveMemory)(l), ud)
 		if err != nil {
 			return err
 		}
-		if !newer {
-			continue
-		}
-		if err := putSnapshot(b, ni, &ud.Snapshot); err != nil {
-			return err
+		if ch.SetSnapshot {
+			if err := putSnapshot(b, ch.Replica, &ud.Snapshot); err != nil {
+				return err
+			}
 		}
 	}
 	if b.Empty() {

@@ -19,19 +19,14 @@ func (l *LogDB) SaveSnapshots(updates []pb.Update) error {
 	call := savecall.NewCall("seglog")
 	for i := range updates {
 		ud := &updates[i]
-		if pb.IsEmptySnapshot(ud.Snapshot) {
-			continue
-		}
-		ni := raftio.GetNodeInfo(ud.ShardID, ud.ReplicaID)
-		newer, err := call.Snapshot((*saveMemory)(l), ni, ud.Snapshot.Index)
+		ch, err := call.Snapshot((*saveMemory)(l), ud)
 		if err != nil {
 			return err
 		}
-		if !newer {
-			continue
-		}
-		if rec, err = appendMarshalOp(rec, opSnapshot, ni, ud.Snapshot.Index, &ud.Snapshot); err != nil {
-			return err
+		if ch.SetSnapshot {
+			if rec, err = appendMarshalOp(rec, opSnapshot, ch.Replica, ud.Snapshot.Index, &ud.Snapshot); err != nil {
+				return err
+			}
 		}
 	}
 	if len(rec) == headerSize {

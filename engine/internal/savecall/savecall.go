@@ -147,19 +147,28 @@ func (c *Call) Update(m Memory, ud *pb.Update) (Change, error) {
 	return ch, nil
 }
 
-// Snapshot decides about a snapshot at index (above 0) of the replica
-// saved by SaveSnapshots, whose snapshots a replica made of its own
-// applied state: it is to be written only if newer than the replica's
-// newest, and then it is kept as a Change (which, unlike Update's, leaves
-// the max index alone). It does not touch MustSync: SaveSnapshots always
+// Snapshot decides about the snapshot of an update given to SaveSnapshots,
+// a snapshot a replica made of its own applied state: it is to be written
+// only if newer than the replica's newest, and then its Change, which
+// unlike Update's leaves the max index alone, is kept. An update without a
+// snapshot, or with an older one, gives a Change that sets nothing, and
+// is not kept. Snapshot does not touch MustSync: SaveSnapshots always
 // syncs. An error is that of the Memory, as it is.
-func (c *Call) Snapshot(m Memory, ni raftio.NodeInfo, index uint64) (newer bool, err error) {
-	newer, err = c.snapshotIsNewer(m, ni, index)
-	if err != nil || !newer {
-		return false, err
+func (c *Call) Snapshot(m Memory, ud *pb.Update) (Change, error) {
+	ch := Change{Replica: raftio.NodeInfo{ShardID: ud.ShardID, ReplicaID: ud.ReplicaID}}
+	if pb.IsEmptySnapshot(ud.Snapshot) {
+		return ch, nil
 	}
-	c.changes = append(c.changes, Change{Replica: ni, Snapshot: index, SetSnapshot: true})
-	return true, nil
+	newer, err := c.snapshotIsNewer(m, ch.Replica, ud.Snapshot.Index)
+	if err != nil {
+		return Change{}, err
+	}
+	if !newer {
+		return ch, nil
+	}
+	ch.Snapshot, ch.SetSnapshot = ud.Snapshot.Index, true
+	c.changes = append(c.changes, ch)
+	return ch, nil
 }
 
 // MustSync reports whether the call must be synced before it returns.

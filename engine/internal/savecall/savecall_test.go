@@ -236,26 +236,27 @@ func TestUpdateErrors(t *testing.T) {
 func TestSnapshot(t *testing.T) {
 	c := NewCall("test")
 	m := remembered()
-	for _, s := range []struct {
-		ni    raftio.NodeInfo
-		index uint64
-		newer bool
+	tests := []struct {
+		name string
+		ud   pb.Update
+		want Change
 	}{
-		{r1, 10, false}, // the one remembered
-		{r1, 12, true},
-		{r1, 11, false}, // older than the call's
-		{r2, 3, true},   // r2 has none
-		{r1, 13, true},
-	} {
-		newer, err := c.Snapshot(m, s.ni, s.index)
-		if err != nil || newer != s.newer {
-			t.Fatalf("Snapshot(%v, %d) = %v, %v; want %v", s.ni, s.index, newer, err, s.newer)
-		}
+		{"no snapshot", update(r1, saved, 0), Change{Replica: r1}},
+		{"the one remembered", update(r1, pb.State{}, 10), Change{Replica: r1}},
+		{"newer than the one remembered", update(r1, pb.State{}, 12), Change{Replica: r1, Snapshot: 12, SetSnapshot: true}},
+		{"older than the call's", update(r1, pb.State{}, 11), Change{Replica: r1}},
+		{"a replica's first", update(r2, pb.State{}, 3), Change{Replica: r2, Snapshot: 3, SetSnapshot: true}},
+		{"newer than the call's", update(r1, pb.State{}, 13), Change{Replica: r1, Snapshot: 13, SetSnapshot: true}},
 	}
-	want := []Change{
-		{Replica: r1, Snapshot: 12, SetSnapshot: true},
-		{Replica: r2, Snapshot: 3, SetSnapshot: true},
-		{Replica: r1, Snapshot: 13, SetSnapshot: true},
+	var want []Change
+	for _, tt := range tests {
+		ch, err := c.Snapshot(m, &tt.ud)
+		if err != nil || ch != tt.want {
+			t.Fatalf("%s: %+v, %v; want %+v", tt.name, ch, err, tt.want)
+		}
+		if ch.SetSnapshot {
+			want = append(want, ch)
+		}
 	}
 	if got := c.Changes(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("changes %+v, want %+v", got, want)
@@ -264,7 +265,8 @@ func TestSnapshot(t *testing.T) {
 		t.Fatal("SaveSnapshots' snapshots set MustSync")
 	}
 	lookup := errors.New("lookup failed")
-	if _, err := NewCall("test").Snapshot(&memory{err: lookup}, r2, 1); !errors.Is(err, lookup) {
+	ud := update(r2, pb.State{}, 1)
+	if _, err := NewCall("test").Snapshot(&memory{err: lookup}, &ud); !errors.Is(err, lookup) {
 		t.Fatalf("error %v, want the memory's", err)
 	}
 }
