@@ -80,8 +80,10 @@ type Memory interface {
 	SnapshotIndex(ni raftio.NodeInfo) (uint64, error)
 }
 
-// Call is one call's changes, one per update in update order, and whether
-// the call must be synced. It is reused from call to call (Reset).
+// Call is one call's changes, in order (one per update of a SaveRaftState
+// call, one per newer snapshot of a SaveSnapshots call), and whether the
+// call must be synced. A step worker reuses its Call from call to call
+// (Reset).
 type Call struct {
 	store    string
 	changes  []Change
@@ -94,7 +96,7 @@ func NewCall(store string) *Call {
 	return &Call{store: store}
 }
 
-// Reset empties the call for the next one, keeping its list's memory.
+// Reset empties the call for the next one, keeping its list's capacity.
 func (c *Call) Reset() {
 	c.changes, c.mustSync = c.changes[:0], false
 }
