@@ -3,6 +3,7 @@ package raftlog
 import (
 	"sync"
 
+	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 )
@@ -29,19 +30,6 @@ type replicaInfo struct {
 	// in pebble (0: none).
 	snapKnown bool
 	snapIndex uint64
-}
-
-// change is what one committed batch changes for one replica; it goes into
-// the cache only once the batch is committed, so that a failed write never
-// leaves the cache claiming something pebble does not hold.
-type change struct {
-	ni       raftio.NodeInfo
-	state    pb.State
-	setState bool
-	maxIndex uint64
-	setMax   bool
-	snap     uint64
-	setSnap  bool
 }
 
 // cache is the per-replica memory of the store. One mutex guards it: the
@@ -90,33 +78,35 @@ func (c *cache) learnSnapshotIndex(ni raftio.NodeInfo, index uint64) {
 	c.m[ni] = ri
 }
 
-// apply records the changes of a committed batch, in batch order.
-func (c *cache) apply(changes []change) {
+// apply records the changes of a committed batch, in batch order. They come
+// only once the batch is committed, so that a failed write never leaves the
+// cache claiming something pebble does not hold.
+func (c *cache) apply(changes []savecall.Change) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range changes {
 		ch := &changes[i]
-		if !ch.setState && !ch.setMax && !ch.setSnap {
+		if !ch.SetState && !ch.SetMax && !ch.SetSnapshot {
 			continue
 		}
-		ri := c.m[ch.ni]
-		if ch.setState {
-			ri.state, ri.hasState = ch.state, true
+		ri := c.m[ch.Replica]
+		if ch.SetState {
+			ri.state, ri.hasState = ch.State, true
 		}
-		if ch.setMax {
-			ri.maxKnown, ri.hasMax, ri.maxIndex = true, true, ch.maxIndex
+		if ch.SetMax {
+			ri.maxKnown, ri.hasMax, ri.maxIndex = true, true, ch.MaxIndex
 		}
-		if ch.setSnap {
+		if ch.SetSnapshot {
 			// Snapshot records are keyed by index and readers take the
 			// highest, so the newest snapshot never goes backwards even
 			// if two writers (the step worker and the snapshot worker)
 			// race; the cache follows the same rule.
-			if !ri.snapKnown || ch.snap > ri.snapIndex {
-				ri.snapIndex = ch.snap
+			if !ri.snapKnown || ch.Snapshot > ri.snapIndex {
+				ri.snapIndex = ch.Snapshot
 			}
 			ri.snapKnown = true
 		}
-		c.m[ch.ni] = ri
+		c.m[ch.Replica] = ri
 	}
 }
 

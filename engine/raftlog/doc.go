@@ -30,7 +30,9 @@
 // pebble.NoSync. Every other write (bootstrap records, SaveSnapshots,
 // ImportSnapshot, RemoveNodeData, RemoveEntriesTo) is synced. So whatever
 // Raft must not lose (term, vote, entries, snapshots) is durable before the
-// call that saves it returns.
+// call that saves it returns. SaveRaftState's decisions (what to write,
+// whether to sync) are engine/internal/savecall's, which engine/seglog
+// shares, so that both stores keep to this policy by the same code.
 //
 // A NoSync write does not stay at risk for long. Pebble's write-ahead log is
 // one sequential log: every batch is appended to it in commit order, and a

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/baton-dev/baton/engine/internal/readback"
 	"github.com/cockroachdb/pebble"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
@@ -28,6 +29,9 @@ import (
 // (Dragonboat's store, asked for the single entry low when it is missing,
 // returns a zero Entry; this store returns none, which the LogReader reports
 // as ErrUnavailable instead of handing raft an entry with index 0.)
+//
+// Checking each entry and counting it against maxSize is
+// engine/internal/readback's, which engine/seglog shares.
 func (l *LogDB) IterateEntries(ents []pb.Entry, size uint64, shardID, replicaID, low, high, maxSize uint64) (_ []pb.Entry, _ uint64, err error) {
 	ni := raftio.GetNodeInfo(shardID, replicaID)
 	maxIndex, hasMax, err := l.maxIndex(ni)
@@ -49,32 +53,24 @@ func (l *LogDB) IterateEntries(ents []pb.Entry, size uint64, shardID, replicaID,
 		UpperBound: putIndexKey(hi[:], prefixEntry, shardID, replicaID, high),
 	})
 	defer closeIter(it, &err)
-	next := low
+	got := readback.Start(ents, size, low, maxSize)
 	for ok := it.First(); ok; ok = it.Next() {
-		index, ok := keyIndex(it.Key())
-		if !ok || index != next {
+		if index, ok := keyIndex(it.Key()); !ok || index != got.Next() {
 			break
 		}
-		var e pb.Entry
-		// Entry.Unmarshal copies Cmd, so e outlives the iterator's buffer.
-		if err := e.Unmarshal(it.Value()); err != nil {
-			return nil, 0, fmt.Errorf("raftlog: shard %d replica %d: entry %d: %w", shardID, replicaID, index, err)
+		// The entry does not keep the iterator's buffer.
+		full, err := got.Add(it.Value())
+		if err != nil {
+			return nil, 0, fmt.Errorf("raftlog: shard %d replica %d: %w", shardID, replicaID, err)
 		}
-		if e.Index != index {
-			return nil, 0, fmt.Errorf("raftlog: shard %d replica %d: entry under key %d has index %d",
-				shardID, replicaID, index, e.Index)
-		}
-		ents = append(ents, e)
-		size += uint64(e.SizeUpperLimit())
-		next++
-		if size > maxSize {
+		if full {
 			break
 		}
 	}
 	if err := it.Error(); err != nil {
 		return nil, 0, err
 	}
-	return ents, size, nil
+	return got.Entries, got.Size, nil
 }
 
 // firstEntryIndex returns the lowest saved entry index in [from, maxIndex].

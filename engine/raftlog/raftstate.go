@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/cockroachdb/pebble"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
@@ -13,15 +14,15 @@ import (
 // saveContext is a step worker's reusable batch and scratch space, so that
 // SaveRaftState allocates nothing in the steady state: values are marshalled
 // straight into the batch (pebble's deferred Set), and the batch is reset,
-// not freed, after each commit.
+// not freed, after each commit, as is the call's list of changes.
 type saveContext struct {
-	mu      sync.Mutex
-	batch   *pebble.Batch
-	changes []change
+	mu    sync.Mutex
+	batch *pebble.Batch
+	call  *savecall.Call
 }
 
 func newSaveContext(db *pebble.DB) *saveContext {
-	return &saveContext{batch: db.NewBatch()}
+	return &saveContext{batch: db.NewBatch(), call: savecall.NewCall("raftlog")}
 }
 
 // SaveRaftState saves the states, snapshots and entries of the updates in
@@ -41,6 +42,9 @@ func newSaveContext(db *pebble.DB) *saveContext {
 // than its last entry is an error (dragonboat's store panics): Raft never
 // produces one.
 //
+// These decisions are engine/internal/savecall's, which engine/seglog
+// shares; this method writes what it decides.
+//
 // workerID is dragonboat's 1-based step worker id; calls with the same id
 // share a context and are serialised.
 func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
@@ -53,67 +57,42 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 	defer c.mu.Unlock()
 	b := c.batch
 	defer b.Reset()
-	changes := c.changes[:0]
-	defer func() { c.changes = changes[:0] }()
+	call := c.call
+	call.Reset()
 
-	mustSync := false
 	for i := range updates {
 		ud := &updates[i]
-		ch := change{ni: raftio.NodeInfo{ShardID: ud.ShardID, ReplicaID: ud.ReplicaID}}
-		if !pb.IsEmptyState(ud.State) {
-			prev, ok := l.lastState(changes, ch.ni)
-			if !ok || !pb.IsStateEqual(prev, ud.State) {
-				putState(b, ch.ni, &ud.State)
-				ch.state, ch.setState = ud.State, true
-				if !ok || prev.Term != ud.State.Term || prev.Vote != ud.State.Vote {
-					mustSync = true
-				}
-			}
-		}
-		if !pb.IsEmptySnapshot(ud.Snapshot) {
-			mustSync = true
-			newer, err := l.snapshotIsNewer(changes, ch.ni, ud.Snapshot.Index)
-			if err != nil {
-				return err
-			}
-			if newer {
-				if n := len(ud.EntriesToSave); n > 0 && ud.Snapshot.Index > ud.EntriesToSave[n-1].Index {
-					return fmt.Errorf("raftlog: shard %d replica %d: snapshot %d is newer than the last entry %d saved with it",
-						ud.ShardID, ud.ReplicaID, ud.Snapshot.Index, ud.EntriesToSave[n-1].Index)
-				}
-				if err := putSnapshot(b, ch.ni, &ud.Snapshot); err != nil {
-					return err
-				}
-				ch.snap, ch.setSnap = ud.Snapshot.Index, true
-				ch.maxIndex, ch.setMax = ud.Snapshot.Index, true
-			}
-		}
-		changes = append(changes, ch)
-	}
-	// Entries go after every snapshot of the call, as in dragonboat's
-	// store, so an update's entries set the max index last.
-	for i := range updates {
-		ud := &updates[i]
-		if len(ud.EntriesToSave) == 0 {
-			continue
-		}
-		mustSync = true
-		maxIndex, err := putEntries(b, changes[i].ni, ud.EntriesToSave)
+		ch, err := call.Update((*saveMemory)(l), ud)
 		if err != nil {
 			return err
 		}
-		if maxIndex > 0 {
-			changes[i].maxIndex, changes[i].setMax = maxIndex, true
+		if ch.SetState {
+			putState(b, ch.Replica, &ud.State)
+		}
+		if ch.SetSnapshot {
+			if err := putSnapshot(b, ch.Replica, &ud.Snapshot); err != nil {
+				return err
+			}
+		}
+	}
+	// Entries go after every snapshot of the call, as in dragonboat's
+	// store, and the max indexes after every entry, so an update's
+	// entries set the max index last.
+	changes := call.Changes()
+	for i := range updates {
+		if err := putEntries(b, changes[i].Replica, updates[i].EntriesToSave); err != nil {
+			return err
 		}
 	}
 	for i := range changes {
-		if changes[i].setMax {
-			putMaxIndex(b, changes[i].ni, changes[i].maxIndex)
+		if changes[i].SetMax {
+			putMaxIndex(b, changes[i].Replica, changes[i].MaxIndex)
 		}
 	}
 	if b.Empty() {
 		return nil
 	}
+	mustSync := call.MustSync()
 	wo := pebble.NoSync
 	if mustSync {
 		wo = pebble.Sync
@@ -130,32 +109,22 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 	return nil
 }
 
-// lastState returns the last State saved for the replica: by an earlier
-// update of this call if any, else as the cache knows it.
-func (l *LogDB) lastState(changes []change, ni raftio.NodeInfo) (pb.State, bool) {
-	for i := len(changes) - 1; i >= 0; i-- {
-		if changes[i].ni == ni && changes[i].setState {
-			return changes[i].state, true
-		}
-	}
-	ri := l.cache.get(ni)
+// saveMemory is the LogDB as engine/internal/savecall sees it
+// (savecall.Memory): what the store remembers of its replicas from before
+// a call. A type of its own keeps these methods out of LogDB's.
+type saveMemory LogDB
+
+// LastState returns the last State written for the replica, as the cache
+// knows it.
+func (m *saveMemory) LastState(ni raftio.NodeInfo) (pb.State, bool) {
+	ri := m.cache.get(ni)
 	return ri.state, ri.hasState
 }
 
-// snapshotIsNewer reports whether a snapshot at index is newer than the
-// replica's newest: the one of an earlier update of this call, else the
-// cached one, else the one in pebble (read once, then cached).
-func (l *LogDB) snapshotIsNewer(changes []change, ni raftio.NodeInfo, index uint64) (bool, error) {
-	for i := len(changes) - 1; i >= 0; i-- {
-		if changes[i].ni == ni && changes[i].setSnap {
-			return index > changes[i].snap, nil
-		}
-	}
-	cur, err := l.snapshotIndex(ni)
-	if err != nil {
-		return false, err
-	}
-	return index > cur, nil
+// SnapshotIndex returns the index of the replica's newest snapshot (0:
+// none), from the cache or else from pebble (read once, then cached).
+func (m *saveMemory) SnapshotIndex(ni raftio.NodeInfo) (uint64, error) {
+	return (*LogDB)(m).snapshotIndex(ni)
 }
 
 // putState adds the replica's state to b, marshalled in place.
@@ -175,24 +144,19 @@ func putMaxIndex(b *pebble.Batch, ni raftio.NodeInfo, index uint64) {
 	_ = op.Finish()
 }
 
-// putEntries adds the entries to b, one record each, marshalled in place,
-// and returns the highest index among them.
-func putEntries(b *pebble.Batch, ni raftio.NodeInfo, ents []pb.Entry) (uint64, error) {
-	maxIndex := uint64(0)
+// putEntries adds the entries to b, one record each, marshalled in place.
+func putEntries(b *pebble.Batch, ni raftio.NodeInfo, ents []pb.Entry) error {
 	for i := range ents {
 		e := &ents[i]
 		size := e.Size()
 		op := b.SetDeferred(indexKeyLen, size)
 		putIndexKey(op.Key, prefixEntry, ni.ShardID, ni.ReplicaID, e.Index)
 		if n, err := e.MarshalTo(op.Value); err != nil || n != size {
-			return 0, fmt.Errorf("raftlog: marshal entry %d: %d of %d bytes: %v", e.Index, n, size, err)
+			return fmt.Errorf("raftlog: marshal entry %d: %d of %d bytes: %v", e.Index, n, size, err)
 		}
 		_ = op.Finish()
-		if e.Index > maxIndex {
-			maxIndex = e.Index
-		}
 	}
-	return maxIndex, nil
+	return nil
 }
 
 // ReadRaftState returns the replica's saved State and the range of entries

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/cockroachdb/pebble"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
@@ -39,24 +40,18 @@ func putSnapshot(b *pebble.Batch, ni raftio.NodeInfo, ss *pb.Snapshot) error {
 func (l *LogDB) SaveSnapshots(updates []pb.Update) error {
 	b := l.db.NewBatch()
 	defer b.Close()
-	changes := make([]change, 0, len(updates))
+	call := savecall.NewCall("raftlog")
 	for i := range updates {
 		ud := &updates[i]
-		if pb.IsEmptySnapshot(ud.Snapshot) {
-			continue
-		}
-		ni := raftio.GetNodeInfo(ud.ShardID, ud.ReplicaID)
-		newer, err := l.snapshotIsNewer(changes, ni, ud.Snapshot.Index)
+		ch, err := call.Snapshot((*saveMemory)(l), ud)
 		if err != nil {
 			return err
 		}
-		if !newer {
-			continue
+		if ch.SetSnapshot {
+			if err := putSnapshot(b, ch.Replica, &ud.Snapshot); err != nil {
+				return err
+			}
 		}
-		if err := putSnapshot(b, ni, &ud.Snapshot); err != nil {
-			return err
-		}
-		changes = append(changes, change{ni: ni, snap: ud.Snapshot.Index, setSnap: true})
 	}
 	if b.Empty() {
 		return nil
@@ -64,7 +59,7 @@ func (l *LogDB) SaveSnapshots(updates []pb.Update) error {
 	if err := l.db.Apply(b, pebble.Sync); err != nil {
 		return err
 	}
-	l.cache.apply(changes)
+	l.cache.apply(call.Changes())
 	return nil
 }
 

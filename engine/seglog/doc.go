@@ -8,14 +8,15 @@
 //
 // # Sync policy
 //
-// As engine/raftlog's: SaveRaftState writes each call as one record, synced
-// (fdatasync) before it returns when any update has entries to save, a
-// snapshot, or a State whose Term or Vote differs from the last State saved
-// for that replica (or none was saved since the store was opened);
-// otherwise, when every State change is a commit index only, it is written
-// but not synced. Every other write (bootstrap records, SaveSnapshots,
-// ImportSnapshot, RemoveNodeData, RemoveEntriesTo) is synced, and so is
-// every segment switch.
+// As engine/raftlog's, decided by the same code (engine/internal/savecall):
+// SaveRaftState writes each call as one record, synced (fdatasync) before
+// it returns when any update has entries to save, a snapshot, or a State
+// whose Term or Vote differs from the last State saved for that replica
+// (or none was saved since the store was opened); otherwise, when every
+// State change is a commit index only, it is written but not synced. Every
+// other write (bootstrap records, SaveSnapshots, ImportSnapshot,
+// RemoveNodeData, RemoveEntriesTo) is synced, and so is every segment
+// switch.
 //
 // An unsynced record does not stay at risk for long, for the same reason
 // as with pebble's WAL: the log is one sequential file at a time, a sync

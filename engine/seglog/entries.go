@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/baton-dev/baton/engine/internal/readback"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 )
@@ -27,19 +28,20 @@ const (
 // it stops at the first missing index, without an error.
 //
 // Entries are read back from the segment files with pread, several at a
-// time when they sit together.
+// time when they sit together. Checking each entry and counting it against
+// maxSize is engine/internal/readback's, which engine/raftlog shares.
 func (l *LogDB) IterateEntries(ents []pb.Entry, size uint64, shardID, replicaID, low, high, maxSize uint64) ([]pb.Entry, uint64, error) {
 	ni := raftio.GetNodeInfo(shardID, replicaID)
 	l.files.RLock()
 	defer l.files.RUnlock()
 	var locs []loc
 	var buf []byte
-	next := low
+	got := readback.Start(ents, size, low, maxSize)
 	for {
 		var more bool
-		locs, more = l.locate(locs[:0], ni, next, high, budget(size, maxSize))
+		locs, more = l.locate(locs[:0], ni, got.Next(), high, got.Budget())
 		if len(locs) == 0 {
-			return ents, size, nil
+			return got.Entries, got.Size, nil
 		}
 		for k := 0; k < len(locs); {
 			// Entries k..j-1 are read with one pread.
@@ -54,45 +56,28 @@ func (l *LogDB) IterateEntries(ents []pb.Entry, size uint64, shardID, replicaID,
 				return nil, 0, err
 			}
 			for ; k < j; k++ {
-				b := buf[int64(locs[k].off)-start:][:locs[k].n]
-				var e pb.Entry
-				// Entry.Unmarshal copies Cmd, so buf is reused.
-				if err := e.Unmarshal(b); err != nil {
-					return nil, 0, fmt.Errorf("seglog: shard %d replica %d: entry %d: %w", shardID, replicaID, next, err)
+				// The entry does not keep buf, which is reused.
+				full, err := got.Add(buf[int64(locs[k].off)-start:][:locs[k].n])
+				if err != nil {
+					return nil, 0, fmt.Errorf("seglog: shard %d replica %d: %w", shardID, replicaID, err)
 				}
-				if e.Index != next {
-					return nil, 0, fmt.Errorf("seglog: shard %d replica %d: entry %d read back with index %d",
-						shardID, replicaID, next, e.Index)
-				}
-				ents = append(ents, e)
-				size += uint64(e.SizeUpperLimit())
-				next++
-				if size > maxSize {
-					return ents, size, nil
+				if full {
+					return got.Entries, got.Size, nil
 				}
 			}
 		}
 		if !more {
-			return ents, size, nil
+			return got.Entries, got.Size, nil
 		}
 	}
 }
 
-// budget is how many more bytes of entries IterateEntries may read before
-// maxSize is passed.
-func budget(size, maxSize uint64) uint64 {
-	if size >= maxSize {
-		return 0
-	}
-	return maxSize - size
-}
-
 // locate appends to locs the locations of the replica's consecutive
 // entries from low, below high and the max index, until their encoded
-// sizes pass budget or locateBatch of them. An entry's encoding is
-// smaller than its SizeUpperLimit, so the entry that takes the size past
-// maxSize is normally among them; more says that entries may follow, and
-// IterateEntries then asks again.
+// sizes pass budget (readback.Result.Budget) or locateBatch of them. An
+// entry's encoding is smaller than its SizeUpperLimit, so the entry that
+// takes the size past maxSize is normally among them; more says that
+// entries may follow, and IterateEntries then asks again.
 func (l *LogDB) locate(locs []loc, ni raftio.NodeInfo, low, high, budget uint64) (_ []loc, more bool) {
 	l.idx.mu.RLock()
 	defer l.idx.mu.RUnlock()

@@ -111,7 +111,7 @@ func Open(dir string, opts Options) (*LogDB, error) {
 		segmentSize: segmentSize,
 		segs:        make(map[uint64]*segment),
 		idx:         newIndex(),
-		workers:     stepworkers.New(opts.Workers, func() *saveContext { return &saveContext{} }),
+		workers:     stepworkers.New(opts.Workers, newSaveContext),
 	}
 	if opts.segmentSize != 0 {
 		l.segmentSize = opts.segmentSize

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 )
@@ -15,21 +16,13 @@ const maxKeptBuffer = 1 << 20
 // saveContext is a step worker's reusable record buffer and scratch space,
 // so that SaveRaftState allocates nothing in the steady state.
 type saveContext struct {
-	mu    sync.Mutex
-	buf   []byte
-	calls []callChange
+	mu   sync.Mutex
+	buf  []byte
+	call *savecall.Call
 }
 
-// callChange is what one update of a SaveRaftState call changes, so that a
-// later update of the same replica in the call sees it.
-type callChange struct {
-	ni       raftio.NodeInfo
-	state    pb.State
-	setState bool
-	snap     uint64
-	setSnap  bool
-	maxIndex uint64
-	setMax   bool
+func newSaveContext() *saveContext {
+	return &saveContext{call: savecall.NewCall("seglog")}
 }
 
 // SaveRaftState saves the states, snapshots and entries of the updates as
@@ -46,7 +39,9 @@ type callChange struct {
 // one saved is not written again; a snapshot is saved only if newer than
 // the replica's newest, and then sets the max index to its own index before
 // the update's entries, if any, set it to their highest index. An update
-// whose snapshot is newer than its last entry is an error.
+// whose snapshot is newer than its last entry is an error. These decisions
+// are engine/internal/savecall's, as engine/raftlog's are; this method
+// writes what it decides.
 //
 // workerID is dragonboat's 1-based step worker id; calls with the same id
 // share a context and are serialised.
@@ -59,72 +54,53 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	buf := append(c.buf[:0], make([]byte, headerSize)...)
-	calls := c.calls[:0]
 	defer func() {
 		if cap(buf) > maxKeptBuffer {
 			buf = nil
 		}
-		c.buf, c.calls = buf[:0], calls[:0]
+		c.buf = buf[:0]
 	}()
+	call := c.call
+	call.Reset()
 
-	mustSync := false
-	var err error
 	for i := range updates {
 		ud := &updates[i]
-		ch := callChange{ni: raftio.NodeInfo{ShardID: ud.ShardID, ReplicaID: ud.ReplicaID}}
-		if !pb.IsEmptyState(ud.State) {
-			prev, ok := l.lastState(calls, ch.ni)
-			if !ok || !pb.IsStateEqual(prev, ud.State) {
-				if buf, err = appendMarshalOp(buf, opState, ch.ni, 0, &ud.State); err != nil {
-					return err
-				}
-				ch.state, ch.setState = ud.State, true
-				if !ok || prev.Term != ud.State.Term || prev.Vote != ud.State.Vote {
-					mustSync = true
-				}
+		ch, err := call.Update((*saveMemory)(l), ud)
+		if err != nil {
+			return err
+		}
+		if ch.SetState {
+			if buf, err = appendMarshalOp(buf, opState, ch.Replica, 0, &ud.State); err != nil {
+				return err
 			}
 		}
-		if !pb.IsEmptySnapshot(ud.Snapshot) {
-			mustSync = true
-			if l.snapshotIsNewer(calls, ch.ni, ud.Snapshot.Index) {
-				if n := len(ud.EntriesToSave); n > 0 && ud.Snapshot.Index > ud.EntriesToSave[n-1].Index {
-					return fmt.Errorf("seglog: shard %d replica %d: snapshot %d is newer than the last entry %d saved with it",
-						ud.ShardID, ud.ReplicaID, ud.Snapshot.Index, ud.EntriesToSave[n-1].Index)
-				}
-				if buf, err = appendMarshalOp(buf, opSnapshot, ch.ni, ud.Snapshot.Index, &ud.Snapshot); err != nil {
-					return err
-				}
-				ch.snap, ch.setSnap = ud.Snapshot.Index, true
-				ch.maxIndex, ch.setMax = ud.Snapshot.Index, true
+		if ch.SetSnapshot {
+			if buf, err = appendMarshalOp(buf, opSnapshot, ch.Replica, ud.Snapshot.Index, &ud.Snapshot); err != nil {
+				return err
 			}
 		}
-		calls = append(calls, ch)
 	}
 	// Entries go after every snapshot of the call, and the max indexes
 	// after every entry, each update's last, as in engine/raftlog.
+	changes := call.Changes()
+	var err error
 	for i := range updates {
-		ud := &updates[i]
-		highest := uint64(0)
-		for j := range ud.EntriesToSave {
-			e := &ud.EntriesToSave[j]
-			mustSync = true
-			if buf, err = appendMarshalOp(buf, opEntry, calls[i].ni, e.Index, e); err != nil {
+		for j := range updates[i].EntriesToSave {
+			e := &updates[i].EntriesToSave[j]
+			if buf, err = appendMarshalOp(buf, opEntry, changes[i].Replica, e.Index, e); err != nil {
 				return err
 			}
-			highest = max(highest, e.Index)
-		}
-		if highest > 0 {
-			calls[i].maxIndex, calls[i].setMax = highest, true
 		}
 	}
-	for i := range calls {
-		if calls[i].setMax {
-			buf, _ = appendOp(buf, opMaxIndex, calls[i].ni, calls[i].maxIndex, 0)
+	for i := range changes {
+		if changes[i].SetMax {
+			buf, _ = appendOp(buf, opMaxIndex, changes[i].Replica, changes[i].MaxIndex, 0)
 		}
 	}
 	if len(buf) == headerSize {
 		return nil
 	}
+	mustSync := call.MustSync()
 	if err := l.write(buf, mustSync); err != nil {
 		return err
 	}
@@ -136,37 +112,32 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 	return nil
 }
 
-// lastState returns the last State saved for the replica: by an earlier
-// update of this call if any, else since the store was opened.
-func (l *LogDB) lastState(calls []callChange, ni raftio.NodeInfo) (pb.State, bool) {
-	for i := len(calls) - 1; i >= 0; i-- {
-		if calls[i].ni == ni && calls[i].setState {
-			return calls[i].state, true
-		}
-	}
-	l.idx.mu.RLock()
-	defer l.idx.mu.RUnlock()
-	if r := l.idx.get(ni); r != nil {
+// saveMemory is the LogDB as engine/internal/savecall sees it
+// (savecall.Memory): what the store remembers of its replicas from before
+// a call, which is what its index holds. A type of its own keeps these
+// methods out of LogDB's.
+type saveMemory LogDB
+
+// LastState returns the last State this process wrote for the replica, and
+// false if it wrote none since Open (or since RemoveNodeData).
+func (m *saveMemory) LastState(ni raftio.NodeInfo) (pb.State, bool) {
+	m.idx.mu.RLock()
+	defer m.idx.mu.RUnlock()
+	if r := m.idx.get(ni); r != nil {
 		return r.saved, r.savedSinceOpen
 	}
 	return pb.State{}, false
 }
 
-// snapshotIsNewer reports whether a snapshot at index is newer than the
-// replica's newest: the one of an earlier update of this call, else the
-// index's.
-func (l *LogDB) snapshotIsNewer(calls []callChange, ni raftio.NodeInfo, index uint64) bool {
-	for i := len(calls) - 1; i >= 0; i-- {
-		if calls[i].ni == ni && calls[i].setSnap {
-			return index > calls[i].snap
-		}
+// SnapshotIndex returns the index of the replica's newest snapshot, 0 if
+// it has none.
+func (m *saveMemory) SnapshotIndex(ni raftio.NodeInfo) (uint64, error) {
+	m.idx.mu.RLock()
+	defer m.idx.mu.RUnlock()
+	if r := m.idx.get(ni); r != nil && r.hasSnap {
+		return r.snapIndex, nil
 	}
-	l.idx.mu.RLock()
-	defer l.idx.mu.RUnlock()
-	if r := l.idx.get(ni); r != nil && r.hasSnap {
-		return index > r.snapIndex
-	}
-	return true
+	return 0, nil
 }
 
 // ReadRaftState returns the replica's saved State and the range of entries

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 )
@@ -15,21 +16,18 @@ import (
 // time, the newest of the two wins whichever record comes last.
 func (l *LogDB) SaveSnapshots(updates []pb.Update) error {
 	rec := make([]byte, headerSize)
-	var calls []callChange
-	var err error
+	call := savecall.NewCall("seglog")
 	for i := range updates {
 		ud := &updates[i]
-		if pb.IsEmptySnapshot(ud.Snapshot) {
-			continue
-		}
-		ni := raftio.GetNodeInfo(ud.ShardID, ud.ReplicaID)
-		if !l.snapshotIsNewer(calls, ni, ud.Snapshot.Index) {
-			continue
-		}
-		if rec, err = appendMarshalOp(rec, opSnapshot, ni, ud.Snapshot.Index, &ud.Snapshot); err != nil {
+		ch, err := call.Snapshot((*saveMemory)(l), ud)
+		if err != nil {
 			return err
 		}
-		calls = append(calls, callChange{ni: ni, snap: ud.Snapshot.Index, setSnap: true})
+		if ch.SetSnapshot {
+			if rec, err = appendMarshalOp(rec, opSnapshot, ch.Replica, ud.Snapshot.Index, &ud.Snapshot); err != nil {
+				return err
+			}
+		}
 	}
 	if len(rec) == headerSize {
 		return nil

@@ -2,56 +2,21 @@ package logdbtest
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"io"
 	"math"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/engine/internal/nodehosttest"
 	"github.com/baton-dev/baton/tools/harness"
 	"github.com/lni/dragonboat/v4"
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
-	sm "github.com/lni/dragonboat/v4/statemachine"
 	"github.com/lni/dragonboat/v4/tools"
 )
-
-// countingSM is a small in-memory state machine: it counts the entries it
-// applies and folds their commands into a hash, so two replicas (or one
-// before and after a restart) that applied the same log agree on both.
-type countingSM struct {
-	count, hash uint64
-}
-
-func (s *countingSM) Update(e sm.Entry) (sm.Result, error) {
-	h := fnv.New64a()
-	_, _ = h.Write(e.Cmd)
-	s.count++
-	s.hash = s.hash*31 + h.Sum64()
-	return sm.Result{Value: s.count}, nil
-}
-
-func (s *countingSM) Lookup(any) (any, error) { return [2]uint64{s.count, s.hash}, nil }
-
-func (s *countingSM) SaveSnapshot(w io.Writer, _ sm.ISnapshotFileCollection, _ <-chan struct{}) error {
-	return binary.Write(w, binary.BigEndian, [2]uint64{s.count, s.hash})
-}
-
-func (s *countingSM) RecoverFromSnapshot(r io.Reader, _ []sm.SnapshotFile, _ <-chan struct{}) error {
-	var v [2]uint64
-	if err := binary.Read(r, binary.BigEndian, &v); err != nil {
-		return err
-	}
-	s.count, s.hash = v[0], v[1]
-	return nil
-}
-
-func (s *countingSM) Close() error { return nil }
 
 // recordingFactory is the store's factory, remembering what it created so
 // a test can look into the store while NodeHost runs, and open it again
@@ -150,82 +115,24 @@ func nodeHostConfig(dir, addr string, rtt uint64, f config.LogDBFactory, l rafti
 }
 
 // startNode starts a NodeHost on dir with this package's store and one
-// replica of shard 1 with a countingSM.
+// replica of shard 1 with a counting state machine (nodehosttest).
 func (h *Harness) startNode(t *testing.T, dir, addr string, rtt uint64, members map[uint64]string, rc config.Config) *testNode {
 	t.Helper()
 	n := &testNode{factory: &recordingFactory{LogDBFactory: h.Factory()}, leaders: newLeaderWatch()}
-	nh, err := dragonboat.NewNodeHost(nodeHostConfig(dir, addr, rtt, n.factory, n.leaders))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.nh = nh
-	if err := nh.StartReplica(members, false, func(uint64, uint64) sm.IStateMachine { return &countingSM{} }, rc); err != nil {
-		nh.Close()
-		t.Fatal(err)
-	}
+	n.nh = nodehosttest.Start(t, nodeHostConfig(dir, addr, rtt, n.factory, n.leaders), members, rc)
 	return n
 }
 
-// dropped reports whether dragonboat dropped a request without acting on
-// it (no leader known yet, a leader change, back pressure), so that sending
-// it again cannot apply it twice.
-func dropped(err error) bool {
-	return errors.Is(err, dragonboat.ErrShardNotReady) || errors.Is(err, dragonboat.ErrSystemBusy)
-}
-
-// retry runs op until it succeeds or fails with an error other than a
-// dropped request.
-func retry(t *testing.T, what string, op func(context.Context) error) {
-	t.Helper()
-	retryIf(t, what, op, dropped)
-}
-
-// timedOutOrDropped is dropped, or a request dragonboat gave up on: a read
-// may be tried again after that (a proposal may not: it may have applied).
-// A slow machine (the race detector, parallel packages) can delay the
-// leader's confirmation of a read beyond dragonboat's own timeout.
-func timedOutOrDropped(err error) bool {
-	return dropped(err) || errors.Is(err, dragonboat.ErrTimeout)
-}
-
-// retryIf runs op until it succeeds or fails with an error again does not
-// accept, for at most 20 seconds.
-func retryIf(t *testing.T, what string, op func(context.Context) error, again func(error) bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := op(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if !again(err) || time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
+// propose and readSM are nodehosttest's, on shard 1, where these tests
+// run.
 func propose(t *testing.T, nh *dragonboat.NodeHost, i int) uint64 {
 	t.Helper()
-	var value uint64
-	retry(t, fmt.Sprintf("proposal %d", i), func(ctx context.Context) error {
-		res, err := nh.SyncPropose(ctx, nh.GetNoOPSession(1), fmt.Appendf(nil, "command %d", i))
-		value = res.Value
-		return err
-	})
-	return value
+	return nodehosttest.Propose(t, nh, 1, i)
 }
 
 func readSM(t *testing.T, nh *dragonboat.NodeHost) [2]uint64 {
 	t.Helper()
-	var v any
-	retryIf(t, "read", func(ctx context.Context) (err error) {
-		v, err = nh.SyncRead(ctx, 1, nil)
-		return err
-	}, timedOutOrDropped)
-	return v.([2]uint64)
+	return nodehosttest.Read(t, nh, 1)
 }
 
 // waitLogCompaction asks dragonboat to compact the log up to its last
@@ -243,19 +150,6 @@ func waitLogCompaction(t *testing.T, nh *dragonboat.NodeHost) {
 		}
 		if !errors.Is(err, dragonboat.ErrRejected) || time.Now().After(deadline) {
 			t.Fatalf("RequestCompaction: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitFor waits until cond holds, checking it every few milliseconds, for
-// what dragonboat does in the background.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after 20s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -307,7 +201,7 @@ func testNodeHostRestart(t *testing.T, h *Harness) {
 				// sure there is one.
 				applied++
 				propose(t, n.nh, int(applied))
-				waitFor(t, "entries up to the snapshot removed", func() bool {
+				nodehosttest.WaitFor(t, "entries up to the snapshot removed", func() bool {
 					return h.Lowest(t, n.factory.store(), 1, 1) > snapshotIndex
 				})
 				waitLogCompaction(t, n.nh)
