@@ -126,7 +126,12 @@ func (b *Batch) Grow(n int) {
 	if len(b.buf) < headerLen {
 		n += headerLen - len(b.buf)
 	}
-	b.buf = slices.Grow(b.buf, n)
+	if cap(b.buf)-len(b.buf) < n {
+		// Not slices.Grow: under -race it allocates twice.
+		buf := make([]byte, len(b.buf), len(b.buf)+n)
+		copy(buf, b.buf)
+		b.buf = buf
+	}
 }
 
 // Len is the number of commands in the batch.
