@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -51,6 +52,12 @@ type nodeMetrics struct {
 	proposals        *metrics.Counter
 	proposalCommands *histogram
 	failedProposals  *metrics.Counter
+
+	// The Raft log store's saves (engine/seglog, engine/raftlog): how many,
+	// by whether they were synced, and how long the synced ones took
+	// (nanoseconds), which is the disk's flush time as a commit waits for it.
+	raftLogSaves       [2]*metrics.Counter // [0]: not synced, [1]: synced
+	raftLogSyncSeconds *histogram
 }
 
 // shardStats is what the series and /status show of one shard, kept as
@@ -105,7 +112,10 @@ func codeIndex(code []byte) int {
 // minutes (a long wait); commands per proposal in powers of two up to a
 // full batch.
 var (
-	latencyBuckets  = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+	latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
+	// A synced save of the Raft log is one device flush or a few: from 25
+	// µs (a fast NVMe drive) to seconds (a disk in trouble).
+	syncBuckets     = []float64{.000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}
 	commandsBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536}
 )
 
@@ -132,6 +142,11 @@ func newNodeMetrics() *nodeMetrics {
 		proposals:         set.NewCounter(`baton_proposals_total`),
 		proposalCommands:  newHistogram(set, `baton_proposal_commands`, commandsBuckets, 1),
 		failedProposals:   set.NewCounter(`baton_failed_proposals_total`),
+		raftLogSaves: [2]*metrics.Counter{
+			set.NewCounter(`baton_raft_log_saves_total{synced="false"}`),
+			set.NewCounter(`baton_raft_log_saves_total{synced="true"}`),
+		},
+		raftLogSyncSeconds: newHistogram(set, `baton_raft_log_synced_save_seconds`, syncBuckets, 1e9),
 	}
 	set.NewGauge(`baton_connections_open`, func() float64 { return float64(m.connsOpen.Load()) })
 	for i, op := range opLabels {
@@ -183,6 +198,16 @@ func (n *Node) registerGauges() {
 		set.NewGauge(`baton_shard_held_locks`+label, func() float64 { return float64(st.held.Load()) })
 		set.NewGauge(`baton_shard_waiters`+label, func() float64 { return float64(st.waiters.Load()) })
 	}
+}
+
+// raftLogSaved counts one save of the Raft log store (savecall.Observer).
+func (m *nodeMetrics) raftLogSaved(synced bool, took time.Duration) {
+	if !synced {
+		m.raftLogSaves[0].Inc()
+		return
+	}
+	m.raftLogSaves[1].Inc()
+	m.raftLogSyncSeconds.observe(uint64(took))
 }
 
 // countRequest counts a parsed request by its op.

@@ -72,6 +72,7 @@ import (
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 
+	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/baton-dev/baton/engine/raftlog"
 	"github.com/baton-dev/baton/engine/raftnet"
 	"github.com/baton-dev/baton/engine/seglog"
@@ -190,7 +191,7 @@ func (n *Node) start() error {
 		ListenAddress:     n.cfg.raftListen(),
 		RaftEventListener: n,
 		EnableMetrics:     true, // dragonboat's series, in the library's default set (/metrics)
-		Expert:            raftStorageConfig(n.cfg.RaftLog),
+		Expert:            raftStorageConfig(n.cfg.RaftLog, n.metrics.raftLogSaved),
 	}
 	if n.cfg.RaftTransport == RaftTransportBaton {
 		nhc.Expert.TransportFactory = &raftnet.Factory{Log: n.log}
@@ -390,9 +391,9 @@ func (n *Node) LeaderUpdated(info raftio.LeaderInfo) {
 // With RaftLogBaton the store is engine/raftlog (one pebble instance for
 // every shard as well, its own memtable sizes), with RaftLogSeglog
 // engine/seglog (one log of segment files for every shard), each plugged in
-// through Expert.LogDBFactory; the LogDB sizes above are then dragonboat's
-// only.
-func raftStorageConfig(raftLog string) config.ExpertConfig {
+// through Expert.LogDBFactory and telling onSave of its saves (the node's
+// metrics); the LogDB sizes above are then dragonboat's only.
+func raftStorageConfig(raftLog string, onSave savecall.Observer) config.ExpertConfig {
 	logdb := config.GetSmallMemLogDBConfig()
 	logdb.KVWriteBufferSize = 4 << 20
 	logdb.Shards = 1
@@ -401,9 +402,9 @@ func raftStorageConfig(raftLog string) config.ExpertConfig {
 	expert := config.ExpertConfig{LogDB: logdb, Engine: engine}
 	switch raftLog {
 	case RaftLogBaton:
-		expert.LogDBFactory = &raftlog.Factory{}
+		expert.LogDBFactory = &raftlog.Factory{OnSave: onSave}
 	case RaftLogSeglog:
-		expert.LogDBFactory = &seglog.Factory{}
+		expert.LogDBFactory = &seglog.Factory{OnSave: onSave}
 	}
 	return expert
 }

@@ -243,11 +243,13 @@ func TestMetrics(t *testing.T) {
 
 	values, types := scrape(t, n)
 	for family, want := range map[string]dto.MetricType{
-		"baton_grants_total":           dto.MetricType_COUNTER,
-		"baton_held_locks":             dto.MetricType_GAUGE,
-		"baton_acquire_grant_seconds":  dto.MetricType_HISTOGRAM,
-		"baton_acquire_answer_seconds": dto.MetricType_HISTOGRAM,
-		"baton_proposal_commands":      dto.MetricType_HISTOGRAM,
+		"baton_grants_total":                 dto.MetricType_COUNTER,
+		"baton_held_locks":                   dto.MetricType_GAUGE,
+		"baton_acquire_grant_seconds":        dto.MetricType_HISTOGRAM,
+		"baton_acquire_answer_seconds":       dto.MetricType_HISTOGRAM,
+		"baton_proposal_commands":            dto.MetricType_HISTOGRAM,
+		"baton_raft_log_saves_total":         dto.MetricType_COUNTER,
+		"baton_raft_log_synced_save_seconds": dto.MetricType_HISTOGRAM,
 	} {
 		if types[family] != want {
 			t.Errorf("%s is a %v, want a %v", family, types[family], want)
@@ -268,6 +270,13 @@ func TestMetrics(t *testing.T) {
 		{"baton_proposals_total", func(v float64) bool { return v >= 1 }, "at least 1"},
 		{"baton_proposal_commands_count", func(v float64) bool { return v == values["baton_proposals_total"] }, "baton_proposals_total"},
 		{"baton_failed_proposals_total", func(v float64) bool { return v == 0 }, "0"},
+		// Every entry was saved with a sync, each timed; the node is quiet
+		// now, so the two agree.
+		{seriesKey("baton_raft_log_saves_total", "synced", "true"), func(v float64) bool { return v >= values["baton_proposals_total"] }, "at least baton_proposals_total"},
+		{"baton_raft_log_synced_save_seconds_count", func(v float64) bool {
+			return v == values[seriesKey("baton_raft_log_saves_total", "synced", "true")]
+		}, `baton_raft_log_saves_total{synced="true"}`},
+		{"baton_raft_log_synced_save_seconds_sum", func(v float64) bool { return v > 0 }, "above 0"},
 	} {
 		if v, found := values[c.series]; !found || !c.ok(v) {
 			t.Errorf("%s = %v (present: %v), want %s", c.series, v, found, c.want)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"path/filepath"
 
+	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
@@ -20,6 +21,9 @@ const DirName = "baton-raftlog"
 // config.LogDBFactory, to be set as NodeHostConfig.Expert.LogDBFactory. The
 // zero value is ready to use.
 type Factory struct {
+	// OnSave is Options.OnSave of the store it creates.
+	OnSave savecall.Observer
+
 	// fs replaces the operating system's file system, for tests.
 	fs vfs.FS
 }
@@ -46,6 +50,7 @@ func (f *Factory) Create(cfg config.NodeHostConfig, cb config.LogDBCallback, dir
 	opts := Options{
 		Workers:  cfg.Expert.Engine.ExecShards,
 		Callback: cb,
+		OnSave:   f.OnSave,
 		fs:       fs,
 	}
 	if len(wals) > 0 && wals[0] != "" && filepath.Clean(wals[0]) != filepath.Clean(dirs[0]) {

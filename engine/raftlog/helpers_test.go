@@ -49,7 +49,7 @@ var storeHarness = &logdbtest.Harness{
 	},
 	Saves: func(db raftio.ILogDB) (uint64, uint64) {
 		l := db.(*LogDB)
-		return l.syncedSaves.Load(), l.unsyncedSaves.Load()
+		return l.saves.Counts()
 	},
 	// A cold cache: everything is read from pebble again.
 	Forget: func(t *testing.T, db raftio.ILogDB) raftio.ILogDB {

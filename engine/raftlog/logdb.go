@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/baton-dev/baton/engine/internal/durable"
+	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/baton-dev/baton/engine/internal/stepworkers"
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
@@ -47,10 +48,9 @@ type LogDB struct {
 	busy      *busyMonitor
 	closed    atomic.Bool
 
-	// syncedSaves and unsyncedSaves count SaveRaftState commits by sync
-	// mode, so tests can see the policy at work.
-	syncedSaves   atomic.Uint64
-	unsyncedSaves atomic.Uint64
+	// saves counts the SaveRaftState calls that wrote something, synced or
+	// not (tests see the sync policy at work), and tells Options.OnSave.
+	saves *savecall.Saves
 }
 
 var _ raftio.ILogDB = (*LogDB)(nil)
@@ -90,6 +90,7 @@ func Open(dir string, opts Options) (*LogDB, error) {
 		workers:   stepworkers.New(opts.Workers, func() *saveContext { return newSaveContext(db) }),
 		compactor: newCompactor(db),
 		busy:      busy,
+		saves:     savecall.NewSaves(opts.OnSave),
 	}
 	busy.start(db.Metrics)
 	return l, nil

@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/lni/dragonboat/v4/config"
@@ -27,6 +28,9 @@ type Options struct {
 	// It is what dragonboat's own store reports; Shard is always 0, as
 	// there is one pebble instance.
 	Callback config.LogDBCallback
+	// OnSave, when not nil, is told of every SaveRaftState call that wrote
+	// something: synced or not, and how long it took.
+	OnSave savecall.Observer
 
 	// fs replaces the operating system's file system; tests use pebble's
 	// strict in-memory one to drop unsynced writes as a power loss would.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/cockroachdb/pebble"
@@ -51,6 +52,7 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 	if len(updates) == 0 {
 		return nil
 	}
+	start := time.Now()
 	c, release := l.workers.Get(workerID)
 	defer release()
 	c.mu.Lock()
@@ -101,11 +103,7 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 		return err
 	}
 	l.cache.apply(changes)
-	if mustSync {
-		l.syncedSaves.Add(1)
-	} else {
-		l.unsyncedSaves.Add(1)
-	}
+	l.saves.Record(mustSync, start)
 	return nil
 }
 

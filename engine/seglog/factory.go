@@ -4,6 +4,7 @@ import (
 	"errors"
 	"path/filepath"
 
+	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
@@ -19,6 +20,9 @@ const DirName = "baton-seglog"
 // config.LogDBFactory, to be set as NodeHostConfig.Expert.LogDBFactory. The
 // zero value is ready to use.
 type Factory struct {
+	// OnSave is Options.OnSave of the store it creates.
+	OnSave savecall.Observer
+
 	// fs replaces the operating system's file system, for tests.
 	fs vfs.FS
 	// segmentSize, when not zero, replaces segmentSize, for tests.
@@ -50,6 +54,7 @@ func (f *Factory) Create(cfg config.NodeHostConfig, cb config.LogDBCallback, dir
 	}
 	db, err := Open(fs.PathJoin(dir, DirName), Options{
 		Workers:     cfg.Expert.Engine.ExecShards,
+		OnSave:      f.OnSave,
 		fs:          fs,
 		segmentSize: f.segmentSize,
 	})

@@ -53,7 +53,7 @@ func harnessFor(size int64) *logdbtest.Harness {
 		},
 		Saves: func(db raftio.ILogDB) (uint64, uint64) {
 			l := db.(*LogDB)
-			return l.syncedSaves.Load(), l.unsyncedSaves.Load()
+			return l.saves.Counts()
 		},
 		// The index is all the store remembers, so forgetting is reopening:
 		// everything is read back from the segments.

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/baton-dev/baton/engine/internal/durable"
+	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/baton-dev/baton/engine/internal/stepworkers"
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/lni/dragonboat/v4/raftio"
@@ -86,10 +87,9 @@ type LogDB struct {
 	// waits for.
 	background sync.WaitGroup
 
-	// syncedSaves and unsyncedSaves count SaveRaftState writes by sync
-	// mode, so tests can see the policy at work.
-	syncedSaves   atomic.Uint64
-	unsyncedSaves atomic.Uint64
+	// saves counts the SaveRaftState calls that wrote something, synced or
+	// not (tests see the sync policy at work), and tells Options.OnSave.
+	saves *savecall.Saves
 }
 
 var _ raftio.ILogDB = (*LogDB)(nil)
@@ -112,6 +112,7 @@ func Open(dir string, opts Options) (*LogDB, error) {
 		segs:        make(map[uint64]*segment),
 		idx:         newIndex(),
 		workers:     stepworkers.New(opts.Workers, newSaveContext),
+		saves:       savecall.NewSaves(opts.OnSave),
 	}
 	if opts.segmentSize != 0 {
 		l.segmentSize = opts.segmentSize

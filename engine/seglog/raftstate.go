@@ -3,6 +3,7 @@ package seglog
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/lni/dragonboat/v4/raftio"
@@ -49,6 +50,7 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 	if len(updates) == 0 {
 		return nil
 	}
+	start := time.Now()
 	c, release := l.workers.Get(workerID)
 	defer release()
 	c.mu.Lock()
@@ -104,11 +106,7 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 	if err := l.write(buf, mustSync); err != nil {
 		return err
 	}
-	if mustSync {
-		l.syncedSaves.Add(1)
-	} else {
-		l.unsyncedSaves.Add(1)
-	}
+	l.saves.Record(mustSync, start)
 	return nil
 }
 

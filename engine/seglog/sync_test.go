@@ -120,7 +120,7 @@ func TestGroupCommit(t *testing.T) {
 	if n := fs.count() - before; n != 1 {
 		t.Fatalf("%d syncs for four saves that waited together, want 1", n)
 	}
-	if s, u := db.syncedSaves.Load(), db.unsyncedSaves.Load(); s != 5 || u != 0 {
+	if s, u := db.saves.Counts(); s != 5 || u != 0 {
 		t.Fatalf("%d synced and %d unsynced saves", s, u)
 	}
 	// And a commit-only save syncs nothing.
@@ -146,7 +146,7 @@ func TestPowerLossAcrossASegmentSwitch(t *testing.T) {
 		// Commit-only, not synced, until one does not fit.
 		save(t, db, pb.Update{ShardID: 1, ReplicaID: 1, State: pb.State{Term: 1, Vote: 1, Commit: commit}})
 	}
-	if s, u := db.syncedSaves.Load(), db.unsyncedSaves.Load(); s != 1 || u != commit {
+	if s, u := db.saves.Counts(); s != 1 || u != commit {
 		t.Fatalf("%d synced and %d unsynced saves, want 1 and %d", s, u, commit)
 	}
 	db = powerLoss(t, fs, db).(*LogDB)

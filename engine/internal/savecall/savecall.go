@@ -4,7 +4,8 @@
 // replica, and whether the call must be synced. Each store writes what is
 // decided in its own format (a pebble batch, a segment record) and tells
 // the package what it remembers of its replicas from before the call
-// (Memory).
+// (Memory). Saves counts the calls that wrote something, and times them for
+// whoever watches the store (the node's metrics).
 //
 // The decisions are the sync policy that both stores document, and the
 // safety of skipping a sync rests on them (engine/raftlog's package
