@@ -57,7 +57,8 @@ type Config struct {
 	// the peers reach this node at its RaftAddr in Peers: for NAT, tunnels
 	// and the fault-injecting proxies of baton's partition tests.
 	RaftListen string
-	// RTT is the Raft tick; elections take 10 ticks, heartbeats 1.
+	// RTT is the Raft tick; elections take 10 ticks (electionTicks), a
+	// leader's heartbeats go every 2 (heartbeatTicks).
 	RTT time.Duration
 	// SnapshotEntries is the number of applied entries of a shard between
 	// two snapshots (and log compactions); 0 means DefaultSnapshotEntries.

@@ -214,8 +214,8 @@ func (n *Node) start() error {
 		rc := config.Config{
 			ReplicaID:    n.cfg.ID,
 			ShardID:      s.id,
-			ElectionRTT:  10,
-			HeartbeatRTT: 1,
+			ElectionRTT:  electionTicks,
+			HeartbeatRTT: heartbeatTicks,
 			CheckQuorum:  true,
 			// A node cut off from the others must not disrupt them with ever
 			// higher terms when it comes back.
@@ -374,6 +374,21 @@ func (n *Node) LeaderUpdated(info raftio.LeaderInfo) {
 	s.stats.term.Store(info.Term)
 	s.leaderUpdated(info.LeaderID)
 }
+
+// Raft timing, in ticks of Config.RTT. A follower that hears nothing from
+// its leader for electionTicks (to twice that, randomized) starts an
+// election, and a leader that hears from no majority for as long steps down
+// (CheckQuorum). The leader's heartbeats go every heartbeatTicks: five to
+// an election timeout, so that a few late or lost ones cost no leadership.
+// Every other tick rather than every tick, because heartbeats are most of
+// what an idle node does: 200 messages a second sent by an idle leader of
+// one shard, each waking goroutines on both sides; measured, an idle node
+// took 4 to 7 % of a core with heartbeats every tick, 4 % with every other
+// (BENCHMARKS.md, "What an idle node costs").
+const (
+	electionTicks  = 10
+	heartbeatTicks = 2
+)
 
 // raftStorageConfig puts the Raft log of every shard in one pebble instance
 // written by one step worker, so that one fsync makes a whole round of

@@ -65,8 +65,8 @@ Flags:
                   bind Raft here instead of this node's RAFT_ADDR in
                   --peers, which stays the address peers dial (for NAT,
                   tunnels or fault-injection proxies; default: RAFT_ADDR)
-  --rtt DURATION  Raft tick: heartbeats every tick, elections after 10
-                  (default 10ms)
+  --rtt DURATION  Raft tick: a leader's heartbeats every other tick,
+                  elections after 10 (default 10ms)
   --snapshot-entries N
                   take a Raft snapshot and compact the log every N applied
                   entries of a shard (default 100000); a follower further
