@@ -76,8 +76,8 @@ func CreateZeroed(fs vfs.FS, name string, size int64) (vfs.File, error) {
 	// file: sync_file_range on ext4, a sync elsewhere), so that the
 	// device's queue never holds more than a few chunks of zeros: 64 MiB
 	// written and then synced at once held the fdatasyncs of other files,
-	// other nodes' Raft logs among them, for 30-40 ms here; written a chunk
-	// at a time, for at most 17 ms.
+	// other nodes' Raft logs among them, for up to 26-45 ms here; written
+	// back a chunk at a time, for up to 2.7-7 ms (BENCHMARKS.md).
 	f := vfs.NewSyncingFile(raw, vfs.SyncingFileOptions{BytesPerSync: zeroFillChunk})
 	// A buffer of its own: vfs.File.Write may modify what it is given
 	// (pebble's in-memory file system does, under -race), so a shared
