@@ -96,8 +96,13 @@ type connState struct {
 
 	// unsent is the bytes the socket had not taken at the last settle
 	// (unsentLedger); used only by the goroutine that settles them (the
-	// event loop, or the TLS writer).
+	// event loop), or under mu when queuedUnsent is set.
 	unsent int64
+	// queuedUnsent: the transport's own writer may block on the client
+	// with answers queued behind it in out (TLS), so the ledger counts out
+	// and the write under way, settled under mu wherever they change
+	// (unlockAndWake, settleQueued); set before the connection serves.
+	queuedUnsent bool
 }
 
 // flusher says who is to write a connection's queued answers.
@@ -157,9 +162,13 @@ func (cs *connState) buffer() *bytebufferpool.ByteBuffer {
 // off here rather than copied into gnet first, and a TLS client that does
 // not read is cut off here.
 func (cs *connState) unlockAndWake(h *heldAnswers) {
-	cut := int64(len(cs.out.B))+cs.writing.Load() > int64(cs.adm.limits.MaxUnsentPerConn)
+	queued := int64(len(cs.out.B)) + cs.writing.Load()
+	limit, cut := limitUnsentPerConn, queued > int64(cs.adm.limits.MaxUnsentPerConn)
+	if cs.queuedUnsent {
+		limit, cut = cs.adm.unsent.settle(cs, queued)
+	}
 	if cut {
-		cs.cutLocked(limitUnsentPerConn)
+		cs.cutLocked(limit)
 	}
 	first := cs.flushBy == flushNone
 	if first {
@@ -267,6 +276,19 @@ func (cs *connState) flush(w io.Writer) (cutOff bool, err error) {
 	cs.writing.Store(0)
 	bytebufferpool.Put(buf)
 	return false, err
+}
+
+// settleQueued settles, on a connection with queuedUnsent, what is queued
+// and under way now, after its writer's flush: the bytes the socket took
+// leave the ledger.
+func (cs *connState) settleQueued() {
+	cs.mu.Lock()
+	var queued int64
+	if cs.out != nil {
+		queued = int64(len(cs.out.B))
+	}
+	cs.adm.unsent.settle(cs, queued+cs.writing.Load())
+	cs.mu.Unlock()
 }
 
 // flushed records, after a flush, whether the socket took everything

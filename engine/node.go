@@ -30,7 +30,7 @@
 //
 // Lock order: proposeMu, then shard.mu, then the state machine's own table
 // lock (statemachine's onDisk.mu, which Update takes inside shard.mu), then
-// a connState's mu.
+// a connState's mu, then the unsent ledger's mu (unsentLedger).
 //
 // A shard serves (leadership.go) while this node leads it and holds its
 // fence: a new leader proposes a fence and serves once it applies, and

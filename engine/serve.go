@@ -35,9 +35,12 @@ func (n *Node) closeConn(cs *connState) {
 		cs.adm.hits.hitBy(limit, cs.t.remoteAddr())
 	}
 	cs.adm.connClosed()
-	cs.adm.unsent.forget(cs)
 	cs.m.connsOpen.Add(-1)
-	for _, w := range cs.close() {
+	waiters := cs.close()
+	// After close: no answer is queued from now on, which on a TLS
+	// connection would settle its count again (unlockAndWake).
+	cs.adm.unsent.forget(cs)
+	for _, w := range waiters {
 		s := n.shardFor(bytesOf(w.ks.key))
 		s.mu.Lock()
 		s.abandon(w)

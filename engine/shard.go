@@ -52,7 +52,7 @@ type proposal struct {
 //
 // Lock order: proposeMu, then mu, then the state machine's table lock
 // (Update takes it inside mu, which it holds for the observer: Node.Locker),
-// then a connState's mu.
+// then a connState's mu, then the unsent ledger's mu.
 type shard struct {
 	id   uint64
 	node *Node

@@ -82,6 +82,7 @@ func (ts *tlsServer) accept() {
 			_ = raw.Close() // past MaxConns
 			continue
 		}
+		tc.cs.queuedUnsent = true // the writer blocks on the client with answers queued behind it
 		if !ts.add(tc) {
 			_ = raw.Close()
 			ts.node.closeConn(tc.cs)
@@ -244,10 +245,11 @@ func (tc *tlsConn) write() {
 		// in it. finishUp's kick comes after, so a flush that read false
 		// is followed by one that reads true.
 		last := tc.finish.Load()
-		if cut, err := tc.cs.flush(tc); cut || err != nil {
+		if cut, err := tc.cs.flush(tc.conn); cut || err != nil {
 			_ = tc.raw.Close() // the reader sees it and ends the connection
 			return
 		}
+		tc.cs.settleQueued()
 		if last {
 			return
 		}
@@ -265,29 +267,13 @@ func (tc *tlsConn) wake() {
 	}
 }
 
-// Write is what the writer flushes to: the connection, with the bytes under
-// way counted as unsent (unsentLedger) until the client has taken them.
-func (tc *tlsConn) Write(p []byte) (int, error) {
-	unsent := tc.cs.adm.unsent
-	if limit, cut := unsent.settle(tc.cs, int64(len(p))); cut {
-		tc.cs.cut(limit)
-		return 0, errCutOff
-	}
-	n, err := tc.conn.Write(p)
-	unsent.settle(tc.cs, 0)
-	return n, err
-}
-
-// errCutOff is the error of a write that a limit cut off.
-var errCutOff = errors.New("cut off: the client does not take its answers")
-
 // cut implements transport: closing the socket ends the writer's blocked
 // Write and the reader's Read, and the reader ends the connection.
 func (tc *tlsConn) cut() { _ = tc.raw.Close() }
 
 // recheck implements transport. The ledger's count of a TLS connection is
-// exact (Write), so it is cut off here, off its writer, which may be
-// blocked on the client.
+// exact (connState.queuedUnsent), so it is cut off here, off its writer,
+// which may be blocked on the client.
 func (tc *tlsConn) recheck() {
 	if tc.cs.adm.unsent.stillShedding(tc.cs) {
 		tc.cs.cut(limitUnsent)

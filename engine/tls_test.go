@@ -152,16 +152,58 @@ func TestTLSClientCertificate(t *testing.T) {
 // TestTLSCutsOffNonReader: a client that stops reading is disconnected, as
 // on the plain port, once more than MaxUnsentPerConn of answers wait for it
 // (queued, and the write under way), or once the node holds more than
-// MaxUnsent of unsent answers and its write under way is the biggest; the
+// MaxUnsent of unsent answers and this connection has the most; the
 // limit hit is logged and its connection's state is closed.
 func TestTLSCutsOffNonReader(t *testing.T) {
+	text := []byte(strings.Repeat("x", 1000))
+	answer := codec.Response{Op: 'Q', Key: []byte("k"), Status: codec.StatusErr, Code: []byte("internal"), Text: text}
+	// flood queues answers as the shards would, far more than the socket
+	// buffers take: the writer blocks, and what waits grows past the limit.
+	flood := func(t *testing.T, cs *connState) {
+		for sent := 0; sent < 32<<20 && !cs.isClosed(); sent += len(text) {
+			cs.send(&answer, nil)
+		}
+	}
+	// behindSmallWrite has the writer block on a write of 32 answers, half
+	// of the node's limit, then queues the rest behind it: the limit counts
+	// those too.
+	behindSmallWrite := func(t *testing.T, cs *connState) {
+		taken := func() bool {
+			cs.mu.Lock()
+			defer cs.mu.Unlock()
+			return cs.out == nil
+		}
+		for sent := 0; ; sent += 32 * len(text) {
+			if sent > 64<<20 {
+				t.Fatal("the socket never stopped taking answers")
+			}
+			for range 32 {
+				cs.send(&answer, nil)
+			}
+			// Taken at once while the writer keeps up; left queued for a
+			// while means the write before them blocks on the client.
+			deadline := time.Now().Add(200 * time.Millisecond)
+			for !taken() && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if !taken() {
+				break
+			}
+		}
+		for sent := 0; sent < 1<<20; sent += len(text) {
+			cs.send(&answer, nil)
+		}
+	}
+	onTheNode := withLimits(func(l *Limits) { l.MaxUnsentPerConn, l.MaxUnsent = 1<<30, 64<<10 })
 	for _, tc := range []struct {
 		name   string
 		limits Limits
+		fill   func(*testing.T, *connState)
 		limit  limitKind
 	}{
-		{"per connection", withLimits(func(l *Limits) { l.MaxUnsentPerConn = 1 << 20 }), limitUnsentPerConn},
-		{"on the node", withLimits(func(l *Limits) { l.MaxUnsentPerConn, l.MaxUnsent = 1<<30, 64<<10 }), limitUnsent},
+		{"per connection", withLimits(func(l *Limits) { l.MaxUnsentPerConn = 1 << 20 }), flood, limitUnsentPerConn},
+		{"on the node", onTheNode, flood, limitUnsent},
+		{"on the node, queued behind a small write", onTheNode, behindSmallWrite, limitUnsent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := limitedShard(t, tc.limits).node
@@ -172,14 +214,7 @@ func TestTLSCutsOffNonReader(t *testing.T) {
 			c.Expect(t, "Q k FREE")
 			cs := waitConns(t, ts, 1)[0].cs
 
-			// Answers as the shards would queue them, far more than the
-			// socket buffers take: the writer blocks, and what waits grows
-			// past the limit.
-			text := []byte(strings.Repeat("x", 1000))
-			r := codec.Response{Op: 'Q', Key: []byte("k"), Status: codec.StatusErr, Code: []byte("internal"), Text: text}
-			for sent := 0; sent < 32<<20 && !cs.isClosed(); sent += len(text) {
-				cs.send(&r, nil)
-			}
+			tc.fill(t, cs)
 			// The sweeper starts only now, most likely while the writer is
 			// blocked: it cuts the connection off from outside (recheck).
 			stop, swept := make(chan struct{}), make(chan struct{})

@@ -17,7 +17,10 @@ import (
 // connState.unlockAndWake for the first, settle for the second), and the
 // second over every connection (MaxUnsent). A TLS connection has no
 // outbound buffer: what its socket has not taken is the write its writer
-// goroutine has under way, which tlsConn.Write settles before and after.
+// goroutine has under way and, while that blocks on the client, the
+// answers queued behind it; the ledger counts both (connState.queuedUnsent),
+// settled under the connection's mutex as answers are queued and after
+// each write.
 //
 // Past MaxUnsent the connections with the most unsent bytes are cut off.
 // (Leaving their requests unread instead would not bound anything: gnet
@@ -45,6 +48,8 @@ type unsentLedger struct {
 	cutFrom atomic.Int64
 	kick    chan struct{} // wakes the sweeper: the sum went over total
 
+	// mu is taken inside a connState's mu (a TLS connection's settle),
+	// never the other way round.
 	mu      sync.Mutex
 	backlog map[*connState]int64 // connections with unsent bytes, by how many
 }
@@ -61,8 +66,8 @@ func newUnsentLedger(l Limits) *unsentLedger {
 // settle records that cs's socket has not taken unsent bytes (gnet holds
 // them after a flush, or a TLS write has them under way), and says which
 // limit, if any, cuts cs off. It runs on the one goroutine that writes cs's
-// socket (its event loop, its TLS writer), or once that is done with it
-// (closeConn).
+// socket (its event loop), or under cs.mu (a TLS connection), or once the
+// connection is closed (closeConn).
 func (u *unsentLedger) settle(cs *connState, unsent int64) (limitKind, bool) {
 	if d := unsent - cs.unsent; d != 0 {
 		cs.unsent = unsent
