@@ -74,7 +74,8 @@ clean:
 # baton side by side with a 3-member etcd and Redis on this machine, in one
 # run (tools/compare/README.md). Installs etcd-server and redis-server from
 # Debian packages when missing. DURATION and WARMUP (whole seconds) per
-# measurement; about 9 minutes with the defaults.
+# measurement; about 12 minutes with the defaults. ROUNDS, SYSTEMS and ALONE:
+# see the README there.
 .PHONY: compare
 compare:
 	tools/compare/run.sh

@@ -2,7 +2,18 @@
 # baton side by side with etcd and Redis, in one run on this machine: see
 # tools/compare/README.md. Started by `make compare`.
 #
-#   tools/compare/run.sh          # DURATION=10s WARMUP=1s OUT=/tmp/baton-compare-DATE
+#   tools/compare/run.sh          # DURATION=10s WARMUP=1s OUT=/tmp/baton-compare-DATE ALONE= ROUNDS=1 SYSTEMS=(all)
+#
+# SERVER_GOMAXPROCS=N runs every Go server (batond, etcd) with GOMAXPROCS=N,
+# each replica's share of the cores when several share a machine
+# (docs/operations.md); unset, the Go default (every core).
+# ALONE=1 pauses (SIGSTOP) every other system's servers while one is
+# measured, so that none pays for the idle ones beside it; by default they
+# all run throughout, as in every run before this option. ROUNDS=N measures
+# every system N times in each section, alternately (each round starts one
+# system later), and the tables show each system's median round. SYSTEMS
+# (names as in the tables, separated by spaces) starts and measures only
+# those.
 #
 # Installs etcd-server and redis-server from Debian packages when missing
 # (without letting the packages start their services), starts every server
@@ -16,6 +27,31 @@ repo=$(pwd)
 
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-1s}
+ALONE=${ALONE:-}
+SERVER_GOMAXPROCS=${SERVER_GOMAXPROCS:-}
+[[ -z $SERVER_GOMAXPROCS || $SERVER_GOMAXPROCS =~ ^[1-9][0-9]*$ ]] ||
+	{ echo "SERVER_GOMAXPROCS=$SERVER_GOMAXPROCS: want a whole number, at least 1" >&2; exit 2; }
+# go_server runs a Go server's command with SERVER_GOMAXPROCS, if set
+# (exec: the server keeps the pid it was started with).
+go_server() {
+	if [ -n "$SERVER_GOMAXPROCS" ]; then
+		GOMAXPROCS=$SERVER_GOMAXPROCS exec "$@"
+	fi
+	exec "$@"
+}
+ROUNDS=${ROUNDS:-1}
+ALL_SYSTEMS="baton-1node baton-3nodes baton-1node-1shard baton-3nodes-1shard baton-3nodes-pebble etcd-3nodes redis-always redis-everysec redis-nopersist"
+SYSTEMS=${SYSTEMS:-$ALL_SYSTEMS}
+for s in $SYSTEMS; do
+	[[ " $ALL_SYSTEMS " == *" $s "* ]] || { echo "SYSTEMS: no system named $s (there are: $ALL_SYSTEMS)" >&2; exit 2; }
+done
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS=$ROUNDS: want a whole number, at least 1" >&2; exit 2; }
+# systems: the ones to measure, in the tables' order.
+systems=()
+for s in $ALL_SYSTEMS; do
+	[[ " $SYSTEMS " == *" $s "* ]] && systems+=("$s")
+done
+wanted() { [[ " ${systems[*]} " == *" $1 "* ]]; }
 OUT=${OUT:-/tmp/baton-compare-$(date +%Y%m%d-%H%M%S)}
 # The longest a measurement may take: its duration and warm-up, start-up,
 # and the drain of what is outstanding at the end.
@@ -76,8 +112,10 @@ command -v jq >/dev/null || { echo "run.sh needs jq (apt-get install jq)" >&2; e
 work=$(mktemp -d /tmp/baton-compare-work.XXXXXX)
 mkdir -p "$OUT"
 pids=()
+declare -A system_pids # the servers of each system, by its name in the tables
 stop_all() {
 	local pid
+	for pid in "${pids[@]}"; do kill -CONT "$pid" 2>/dev/null || true; done # paused ones (ALONE)
 	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
 	for _ in $(seq 50); do
 		local alive=0
@@ -91,6 +129,7 @@ stop_all() {
 }
 trap stop_all EXIT
 trap 'exit 130' INT TERM
+trap 'exit 129' HUP
 
 echo "== building baton and the comparison drivers"
 make -s build
@@ -98,82 +137,113 @@ make -s build
 compare=$work/compare
 
 echo "== starting servers (logs in $work)"
-cluster=""
-for i in 0 1 2; do
-	cluster+="${cluster:+,}e$((i + 1))=http://127.0.0.1:${ETCD_PEER[$i]}"
-done
-etcd_eps=""
-for i in 0 1 2; do
-	n=$((i + 1))
-	etcd --name "e$n" --data-dir "$work/etcd$n" \
-		--listen-client-urls "http://127.0.0.1:${ETCD_CLIENT[$i]}" --advertise-client-urls "http://127.0.0.1:${ETCD_CLIENT[$i]}" \
-		--listen-peer-urls "http://127.0.0.1:${ETCD_PEER[$i]}" --initial-advertise-peer-urls "http://127.0.0.1:${ETCD_PEER[$i]}" \
-		--initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token baton-compare \
-		--logger zap --log-level warn >"$work/etcd$n.log" 2>&1 &
-	pids+=($!)
-	etcd_eps+="${etcd_eps:+,}127.0.0.1:${ETCD_CLIENT[$i]}"
-done
+if wanted etcd-3nodes; then
+	cluster=""
+	for i in 0 1 2; do
+		cluster+="${cluster:+,}e$((i + 1))=http://127.0.0.1:${ETCD_PEER[$i]}"
+	done
+	etcd_eps=""
+	for i in 0 1 2; do
+		n=$((i + 1))
+		(go_server etcd --name "e$n" --data-dir "$work/etcd$n" \
+			--listen-client-urls "http://127.0.0.1:${ETCD_CLIENT[$i]}" --advertise-client-urls "http://127.0.0.1:${ETCD_CLIENT[$i]}" \
+			--listen-peer-urls "http://127.0.0.1:${ETCD_PEER[$i]}" --initial-advertise-peer-urls "http://127.0.0.1:${ETCD_PEER[$i]}" \
+			--initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token baton-compare \
+			--logger zap --log-level warn) >"$work/etcd$n.log" 2>&1 &
+		pids+=($!)
+		system_pids[etcd-3nodes]+=" $!"
+		etcd_eps+="${etcd_eps:+,}127.0.0.1:${ETCD_CLIENT[$i]}"
+	done
+fi
 
 start_redis() { # PORT NAME ARGS...
 	local port=$1 name=$2
 	shift 2
+	wanted "$name" || return 0
 	mkdir -p "$work/$name"
 	redis-server --port "$port" --bind 127.0.0.1 --dir "$work/$name" --save "" --daemonize no \
 		--logfile "$work/$name.log" "$@" &
 	pids+=($!)
+	system_pids[$name]=$!
 }
 start_redis $REDIS_ALWAYS redis-always --appendonly yes --appendfsync always
 start_redis $REDIS_EVERYSEC redis-everysec --appendonly yes --appendfsync everysec
-start_redis $REDIS_NONE redis-none --appendonly no
+start_redis $REDIS_NONE redis-nopersist --appendonly no
 
-# start_baton NAME SHARDS RAFTLOG PORT...: a baton node on each client PORT
-# (Raft on PORT+1), one cluster with that --raft-log store ("" for the
-# default), its logs in NAME-N.log.
+# start_baton NAME SYSTEM SHARDS RAFTLOG PORT...: a baton node on each
+# client PORT (Raft on PORT+1), one cluster with that --raft-log store (""
+# for the default), its logs in NAME-N.log, SYSTEM its name in the tables.
 start_baton() {
-	local name=$1 shards=$2 raftlog=$3
-	shift 3
+	local name=$1 system=$2 shards=$3 raftlog=$4
+	shift 4
+	wanted "$system" || return 0
 	local peers="" p i=0
 	for p in "$@"; do peers+="${peers:+,}127.0.0.1:$((p + 1))/127.0.0.1:$p"; done
 	for p in "$@"; do
 		i=$((i + 1))
-		bin/batond --id $i --peers "$peers" --data "$work/$name-$i" --shards "$shards" ${raftlog:+--raft-log "$raftlog"} \
+		(go_server bin/batond --id $i --peers "$peers" --data "$work/$name-$i" --shards "$shards" ${raftlog:+--raft-log "$raftlog"}) \
 			>"$work/$name-$i.log" 2>&1 &
 		pids+=($!)
+		system_pids[$system]+=" $!"
 	done
 }
-start_baton baton1 4 "" $BATON1
-start_baton baton3 4 "" "${BATON3[@]}"
-start_baton baton1s 1 "" $BATON1S
-start_baton baton3s 1 "" "${BATON3S[@]}"
-start_baton baton3p 1 baton "${BATON3P[@]}"
+start_baton baton1 baton-1node 4 "" $BATON1
+start_baton baton3 baton-3nodes 4 "" "${BATON3[@]}"
+start_baton baton1s baton-1node-1shard 1 "" $BATON1S
+start_baton baton3s baton-3nodes-1shard 1 "" "${BATON3S[@]}"
+start_baton baton3p baton-3nodes-pebble 1 baton "${BATON3P[@]}"
 
-etcd_leader=$(timeout 90 "$compare" ready --system etcd --endpoints "$etcd_eps") ||
-	{ echo "etcd did not start:"; tail -n 20 "$work"/etcd*.log; exit 1; }
-for p in $REDIS_ALWAYS $REDIS_EVERYSEC $REDIS_NONE; do
-	timeout 60 "$compare" ready --system redis --endpoints "127.0.0.1:$p" ||
-		{ echo "redis did not start:"; tail -n 20 "$work"/redis*.log; exit 1; }
-done
-# ready_baton NAME ADDR: waits until ADDR serves (a cluster's node 1 leads by
+if wanted etcd-3nodes; then
+	etcd_leader=$(timeout 90 "$compare" ready --system etcd --endpoints "$etcd_eps") ||
+		{ echo "etcd did not start:"; tail -n 20 "$work"/etcd*.log; exit 1; }
+fi
+# ready_redis SYSTEM PORT, ready_baton NAME SYSTEM ADDR: wait until the
+# system serves, if it is measured (a baton cluster's node 1 leads by
 # priority once it has caught up: drive it, as the etcd load goes to etcd's
 # leader).
+ready_redis() {
+	wanted "$1" || return 0
+	timeout 60 "$compare" ready --system redis --endpoints "127.0.0.1:$2" ||
+		{ echo "redis ($1) did not start:"; tail -n 20 "$work/$1.log"; exit 1; }
+}
 ready_baton() {
-	timeout 60 "$compare" ready --system baton --endpoints "$2" ||
+	wanted "$2" || return 0
+	timeout 60 "$compare" ready --system baton --endpoints "$3" ||
 		{ echo "baton ($1) did not start:"; tail -n 20 "$work/$1"-*.log; exit 1; }
 }
-ready_baton baton1 "127.0.0.1:$BATON1"
-ready_baton baton3 "127.0.0.1:${BATON3[0]}"
-ready_baton baton1s "127.0.0.1:$BATON1S"
-ready_baton baton3s "127.0.0.1:${BATON3S[0]}"
-ready_baton baton3p "127.0.0.1:${BATON3P[0]}"
+ready_redis redis-always $REDIS_ALWAYS
+ready_redis redis-everysec $REDIS_EVERYSEC
+ready_redis redis-nopersist $REDIS_NONE
+ready_baton baton1 baton-1node "127.0.0.1:$BATON1"
+ready_baton baton3 baton-3nodes "127.0.0.1:${BATON3[0]}"
+ready_baton baton1s baton-1node-1shard "127.0.0.1:$BATON1S"
+ready_baton baton3s baton-3nodes-1shard "127.0.0.1:${BATON3S[0]}"
+ready_baton baton3p baton-3nodes-pebble "127.0.0.1:${BATON3P[0]}"
 
 manifest=$OUT/manifest.tsv
 : >"$manifest"
 n=0
+# alone SYSTEM: with ALONE set, resumes SYSTEM's servers and pauses every
+# other system's. A system's servers are paused and resumed together, as a
+# virtual machine would be: Raft's clocks are ticks, which stop with them,
+# so a cluster resumes with the leader it had.
+alone() {
+	[ -n "$ALONE" ] || return 0
+	local s
+	# shellcheck disable=SC2086 # the lists are pids separated by spaces
+	for s in "${!system_pids[@]}"; do
+		[ "$s" = "$1" ] || kill -STOP ${system_pids[$s]}
+	done
+	# shellcheck disable=SC2086
+	kill -CONT ${system_pids[$1]}
+}
+
 # measure SECTION SYSTEM COMMAND...: one bounded measurement, its result in
 # OUT, listed in the manifest even when it fails (the table says so).
 measure() {
 	local section=$1 system=$2
 	shift 2
+	alone "$system"
 	n=$((n + 1))
 	local file
 	file=$(printf '%02d-%s.json' "$n" "$system")
@@ -197,22 +267,38 @@ drive() { # SYSTEM ENDPOINT ARGS...
 	shift 2
 	timeout -k 5 "$LIMIT" "$compare" drive --system "$system" --endpoints "$ep" --duration "$DURATION" --warmup "$WARMUP" "$@"
 }
-all_systems() { # SECTION BATON_ARGS -- DRIVER_ARGS
-	local section=$1
-	shift
+# measure_system SECTION SYSTEM BATON_ARGS -- DRIVER_ARGS: one measurement
+# of SYSTEM, by baton bench or by the comparison driver.
+measure_system() {
+	local section=$1 system=$2
+	shift 2
 	local bargs=() dargs=()
 	while [ $# -gt 0 ] && [ "$1" != -- ]; do bargs+=("$1"); shift; done
 	shift
 	dargs=("$@")
-	measure "$section" baton-1node baton_bench "127.0.0.1:$BATON1" "${bargs[@]}"
-	measure "$section" baton-3nodes baton_bench "127.0.0.1:${BATON3[0]}" "${bargs[@]}"
-	measure "$section" baton-1node-1shard baton_bench "127.0.0.1:$BATON1S" "${bargs[@]}"
-	measure "$section" baton-3nodes-1shard baton_bench "127.0.0.1:${BATON3S[0]}" "${bargs[@]}"
-	measure "$section" baton-3nodes-pebble baton_bench "127.0.0.1:${BATON3P[0]}" "${bargs[@]}"
-	measure "$section" etcd-3nodes drive etcd "$etcd_leader" "${dargs[@]}"
-	measure "$section" redis-always drive redis "127.0.0.1:$REDIS_ALWAYS" "${dargs[@]}"
-	measure "$section" redis-everysec drive redis "127.0.0.1:$REDIS_EVERYSEC" "${dargs[@]}"
-	measure "$section" redis-nopersist drive redis "127.0.0.1:$REDIS_NONE" "${dargs[@]}"
+	case $system in
+	baton-1node) measure "$section" "$system" baton_bench "127.0.0.1:$BATON1" "${bargs[@]}" ;;
+	baton-3nodes) measure "$section" "$system" baton_bench "127.0.0.1:${BATON3[0]}" "${bargs[@]}" ;;
+	baton-1node-1shard) measure "$section" "$system" baton_bench "127.0.0.1:$BATON1S" "${bargs[@]}" ;;
+	baton-3nodes-1shard) measure "$section" "$system" baton_bench "127.0.0.1:${BATON3S[0]}" "${bargs[@]}" ;;
+	baton-3nodes-pebble) measure "$section" "$system" baton_bench "127.0.0.1:${BATON3P[0]}" "${bargs[@]}" ;;
+	etcd-3nodes) measure "$section" "$system" drive etcd "$etcd_leader" "${dargs[@]}" ;;
+	redis-always) measure "$section" "$system" drive redis "127.0.0.1:$REDIS_ALWAYS" "${dargs[@]}" ;;
+	redis-everysec) measure "$section" "$system" drive redis "127.0.0.1:$REDIS_EVERYSEC" "${dargs[@]}" ;;
+	redis-nopersist) measure "$section" "$system" drive redis "127.0.0.1:$REDIS_NONE" "${dargs[@]}" ;;
+	esac
+}
+# all_systems SECTION BATON_ARGS -- DRIVER_ARGS: every system measured, in
+# ROUNDS rounds, each starting one system later than the one before, so
+# that no system is always the one measured right after another.
+all_systems() {
+	local section=$1 round i
+	shift
+	for round in $(seq "$ROUNDS"); do
+		for i in "${!systems[@]}"; do
+			measure_system "$section" "${systems[$(((i + round - 1) % ${#systems[@]}))]}" "$@"
+		done
+	done
 }
 
 {
@@ -221,6 +307,9 @@ all_systems() { # SECTION BATON_ARGS -- DRIVER_ARGS
 	echo "go: $(go version | cut -d' ' -f3-)"
 	echo "etcd: $(etcd --version | head -1 | awk '{print $3}'), redis: $(redis-server --version | awk '{print $3}' | cut -d= -f2)"
 	echo "each measurement: $WARMUP warm-up, then $DURATION measured"
+	echo "other systems' servers while one is measured: $([ -n "$ALONE" ] && echo "paused (ALONE=1)" || echo "running, idle")"
+	echo "systems: ${systems[*]}; rounds: $ROUNDS"
+	echo "Go servers' GOMAXPROCS: ${SERVER_GOMAXPROCS:-the default (every core)}"
 } | tee "$OUT/machine.txt"
 
 all_systems "uncontended, 1 client, no pipelining" --conns 1 --depth 1 -- --conns 1 --depth 1

@@ -67,11 +67,13 @@ func rate(r *bench.Result) float64 {
 
 // writeTable prints a Markdown table per section, then, within each
 // section, every baton row's ratio to every other system's row: the
-// ratios come from the same run, on the same machine. A section measured
+// ratios come from the same run, on the same machine. A system measured in
+// several rounds shows its median round (medianRounds). A section measured
 // at a fixed rate (open loop) gets a table of its own kind, see
 // writeRateSection.
 func writeTable(w io.Writer, es []entry) error {
 	var b strings.Builder
+	es, spread := medianRounds(es)
 	var sections []string
 	bySection := map[string][]entry{}
 	for _, e := range es {
@@ -84,10 +86,14 @@ func writeTable(w io.Writer, es []entry) error {
 		rows := bySection[s]
 		fmt.Fprintf(&b, "\n### %s\n\n", s)
 		var ratios []string
-		if isRateSection(rows) {
+		open := isRateSection(rows)
+		if open {
 			ratios = writeRateSection(&b, rows)
 		} else {
 			ratios = writeSaturationSection(&b, rows)
+		}
+		if note := roundsNote(s, rows, spread, open); note != "" {
+			fmt.Fprintf(&b, "\n%s\n", note)
 		}
 		if len(ratios) > 0 {
 			b.WriteString("\n")
