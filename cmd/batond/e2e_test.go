@@ -1070,7 +1070,7 @@ func TestHelp(t *testing.T) {
 		"max-conns", "max-waiters-per-conn", "max-waiters-per-key", "max-waiters", "max-pending-queries",
 		"max-proposals-in-flight", "max-pending-commands", "max-unsent-per-conn", "max-unsent",
 		"auth-file", "tls-listen", "tls-cert", "tls-key", "tls-client-ca", "tls-peers",
-		"raft-tls-ca", "raft-tls-cert", "raft-tls-key"} {
+		"raft-tls-ca", "raft-tls-cert", "raft-tls-key", "heap-floor"} {
 		if !regexp.MustCompile(`(^|[^-\w])--?` + f + `\b`).MatchString(out) {
 			t.Errorf("--help does not mention --%s", f)
 		}
@@ -1092,6 +1092,7 @@ func TestBadFlags(t *testing.T) {
 		{"malformed peers", []string{"--peers", "nonsense"}, []string{"peers"}, false},
 		{"limit of 0", []string{"--max-conns", "0"}, []string{"max-conns"}, true},
 		{"size not a size", []string{"--max-unsent", "lots"}, []string{"max-unsent"}, true},
+		{"heap floor past 4GiB", []string{"--heap-floor", "5GiB"}, []string{"heap-floor"}, true},
 		{"unknown log format", []string{"--log-format", "xml"}, []string{"log-format"}, true},
 		{"TLS listener without certificate", []string{"--tls-listen", "127.0.0.1:0"}, []string{"tls-cert"}, false},
 		{"TLS peers not one per peer", []string{"--tls-peers", "127.0.0.1:1,127.0.0.1:2"}, []string{"tls-peers"}, false},

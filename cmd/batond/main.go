@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -86,6 +87,12 @@ Flags:
                   per batch, one write each) or dragonboat (its own TCP
                   transport); every node of a cluster must use the same
                   one (default baton)
+  --heap-floor SIZE
+                  heap the garbage collector counts as in use without its
+                  being touched: it collects after about half of SIZE of
+                  garbage instead of after a few MB, for steadier latency,
+                  and RSS may grow by up to half of SIZE; 0 for none
+                  (default 64MiB; units B, KiB, MiB, GiB)
   --log-level L   debug, info, warn or error (default info)
   --log-format F  text (key=value lines) or json (one JSON object a line)
                   (default text)
@@ -165,6 +172,7 @@ type options struct {
 	raftLog       string
 	raftTransport string
 	restore       string
+	heapFloor     int
 	limits        engine.Limits
 
 	authFile    string
@@ -184,6 +192,14 @@ type options struct {
 // bytes (medians of 3) with no measurable loss of throughput (BENCHMARKS.md).
 const defaultGCPercent = 50
 
+// defaultHeapFloor is --heap-floor's default (heapfloor.go): the collector
+// then runs about once per 32 MiB of garbage at least.
+const defaultHeapFloor = 64 << 20
+
+// maxHeapFloor bounds --heap-floor: past a few GiB the floor is no longer
+// small beside the machine, and Go may refuse to reserve it.
+const maxHeapFloor = 4 << 30
+
 func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
@@ -201,6 +217,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "batond: %v (see batond --help)\n", err)
 		return exitBadUsage
 	}
+	defer runtime.KeepAlive(holdHeapFloor(opts.heapFloor))
 	log, err := newLogger(stderr, opts.logLevel, opts.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "batond: %v\n", err)
@@ -269,6 +286,8 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.rtt, "rtt", 10*time.Millisecond, "")
 	fs.Uint64Var(&o.snapEvery, "snapshot-entries", engine.DefaultSnapshotEntries, "")
 	fs.Uint64Var(&o.snapBytes, "snapshot-bytes", engine.DefaultSnapshotBytes, "")
+	o.heapFloor = defaultHeapFloor
+	fs.Var((*byteSize)(&o.heapFloor), "heap-floor", "")
 	fs.StringVar(&o.logLevel, "log-level", "info", "")
 	fs.StringVar(&o.logFormat, "log-format", "text", "")
 	fs.StringVar(&o.raftLog, "raft-log", "", "")
@@ -297,6 +316,8 @@ func parseFlags(args []string) (options, error) {
 		return o, fmt.Errorf("--shards %d: must be at least 1", o.shards)
 	case o.rtt < time.Millisecond:
 		return o, fmt.Errorf("--rtt %v: must be at least 1ms", o.rtt)
+	case o.heapFloor > maxHeapFloor:
+		return o, fmt.Errorf("--heap-floor %d: must be at most 4GiB", o.heapFloor)
 	}
 	return o, nil
 }
