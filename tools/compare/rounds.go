@@ -117,7 +117,7 @@ func roundsNote(section string, rows []entry, spread map[[2]string]rounds, openL
 	if len(parts) == 0 {
 		return ""
 	}
-	by := "per second"
+	by := "rate"
 	if openLoop {
 		by = "acquire p99"
 	}

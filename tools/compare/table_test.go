@@ -54,7 +54,7 @@ func TestTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{
+	expectIn(t, "table", out, out,
 		"### unc", "### con",
 		"| baton-3nodes | 16 x 16 | 200,000 | 500 µs | 2 ms | 1 ms | none |",
 		"| etcd-3nodes | 16 x 16 | 2,500 | 10 ms | 30 ms | - | lock: timeout 2 |",
@@ -62,11 +62,7 @@ func TestTable(t *testing.T) {
 		"| etcd-3nodes | | failed: no result |",
 		"baton-3nodes / etcd-3nodes: rate 80.00x, acquire p50 0.05x",
 		"baton-1node / redis-always: rate 2.00x, acquire p50 0.0033x",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("table lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	if strings.Index(out, "### unc") > strings.Index(out, "### con") {
 		t.Error("sections out of manifest order")
 	}
@@ -105,6 +101,17 @@ func tableOf(t *testing.T, results map[string]*bench.Result, lines string) strin
 	return b.String()
 }
 
+// expectIn reports every one of wants that text lacks; what names the
+// text in the message, and all is printed with it.
+func expectIn(t *testing.T, what, text, all string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(text, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, all)
+		}
+	}
+}
+
 // A fixed-rate section is read by latency and by whether each system kept
 // the rate; a saturation section beside it keeps its own table.
 func TestTableRateSection(t *testing.T) {
@@ -126,7 +133,7 @@ func TestTableRateSection(t *testing.T) {
 		"fixed rate\tbaton-1node\tb1.json\nfixed rate\tbaton-3nodes\tb3.json\nfixed rate\tetcd-3nodes\te.json\n"+
 		"fixed rate\tredis-always\tr.json\nfixed rate\tredis-nopersist\tn.json\nfixed rate\tredis-everysec\tmissing.json\n")
 	rateTable := out[strings.Index(out, "### fixed rate"):]
-	for _, want := range []string{
+	expectIn(t, "rate section", rateTable, out,
 		"| system | conns x depth | target/s | done/s | kept the rate | acquire p50 | acquire p99 | cycle p50 | errors |",
 		"| baton-1node | 16 x 1 | 1,000 | 998 | yes | 300 µs | 900 µs | 600 µs | none |",
 		"| baton-3nodes | 16 x 1 | 1,000 | 995 | yes | 1.2 ms | 4 ms | 2.4 ms | none |",
@@ -136,11 +143,7 @@ func TestTableRateSection(t *testing.T) {
 		"- baton-1node / etcd-3nodes: acquire p50 0.10x, p99 0.003x (below 1: baton is faster); did not keep the rate: etcd-3nodes\n",
 		"- baton-3nodes / redis-always: acquire p50 12.00x, p99 10.00x (below 1: baton is faster)\n",
 		"- baton-3nodes / redis-nopersist: acquire p50 15.00x, p99 20.00x (below 1: baton is faster); did not keep the rate: redis-nopersist\n",
-	} {
-		if !strings.Contains(rateTable, want) {
-			t.Errorf("rate section lacks %q:\n%s", want, out)
-		}
-	}
+	)
 	// Throughput is set by the target here: a rate ratio would say nothing.
 	if strings.Contains(rateTable, ": rate ") {
 		t.Errorf("rate section with a rate ratio:\n%s", out)
