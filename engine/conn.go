@@ -162,7 +162,7 @@ func (cs *connState) buffer() *bytebufferpool.ByteBuffer {
 // off here rather than copied into gnet first, and a TLS client that does
 // not read is cut off here.
 func (cs *connState) unlockAndWake(h *heldAnswers) {
-	queued := int64(len(cs.out.B)) + cs.writing.Load()
+	queued := cs.queuedLocked()
 	limit, cut := limitUnsentPerConn, queued > int64(cs.adm.limits.MaxUnsentPerConn)
 	if cs.queuedUnsent {
 		limit, cut = cs.adm.unsent.settle(cs, queued)
@@ -283,12 +283,18 @@ func (cs *connState) flush(w io.Writer) (cutOff bool, err error) {
 // leave the ledger.
 func (cs *connState) settleQueued() {
 	cs.mu.Lock()
-	var queued int64
-	if cs.out != nil {
-		queued = int64(len(cs.out.B))
-	}
-	cs.adm.unsent.settle(cs, queued+cs.writing.Load())
+	cs.adm.unsent.settle(cs, cs.queuedLocked())
 	cs.mu.Unlock()
+}
+
+// queuedLocked is the bytes of answers not written yet: queued in out, and
+// in the flush under way. mu must be held.
+func (cs *connState) queuedLocked() int64 {
+	n := cs.writing.Load()
+	if cs.out != nil {
+		n += int64(len(cs.out.B))
+	}
+	return n
 }
 
 // flushed records, after a flush, whether the socket took everything

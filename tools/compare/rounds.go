@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -69,14 +70,7 @@ func medianRounds(es []entry) ([]entry, map[[2]string]rounds) {
 		}
 		open := openLoop[k[0]]
 		slices.SortStableFunc(done, func(a, b entry) int {
-			fa, fb := roundFigure(a, open), roundFigure(b, open)
-			switch {
-			case fa < fb:
-				return -1
-			case fa > fb:
-				return 1
-			}
-			return 0
+			return cmp.Compare(roundFigure(a, open), roundFigure(b, open))
 		})
 		for _, e := range done {
 			rs.figures = append(rs.figures, roundFigure(e, open))
