@@ -73,7 +73,7 @@ func TestLeaderKilledAfterCommit(t *testing.T) {
 	if after := grants.Load() - killed; after < 200 {
 		t.Fatalf("%d grants in 20 s after the kill", after)
 	}
-	// An election is 10 to 20 ticks of 10 ms; a second on top, and as much
+	// An election is 10 to 20 ticks of 20 ms; a second on top, and as much
 	// again for a busy machine running the race detector.
 	if slowest > 2500*time.Millisecond {
 		t.Fatalf("the slowest acquire took %v: a retry waited for something (a lease is 30 s)", slowest)

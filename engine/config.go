@@ -37,6 +37,15 @@ const (
 	// gigabytes of log, which the log store flushed and compacted over and
 	// over before the snapshot let it delete them.
 	DefaultSnapshotBytes = 16 << 20
+	// DefaultRTT is the Raft tick. Elections come after 10 to 20 ticks
+	// without a leader (electionTicks): at 20 ms a killed leader is
+	// replaced in about a quarter of a second, and a disk stall must last
+	// 200 ms or more to cost a leadership (a leader's heartbeats come from
+	// the worker that waits for its fsync). At 10 ms stalls of the shared
+	// disk baton is measured on cost leaderships; at 50 ms failover took
+	// 0.6-0.8 s. Idle CPU falls with the tick too (BENCHMARKS.md, "The
+	// Raft tick").
+	DefaultRTT = 20 * time.Millisecond
 )
 
 // Peer is one member of the cluster.
@@ -57,8 +66,8 @@ type Config struct {
 	// the peers reach this node at its RaftAddr in Peers: for NAT, tunnels
 	// and the fault-injecting proxies of baton's partition tests.
 	RaftListen string
-	// RTT is the Raft tick; elections take 10 ticks (electionTicks), a
-	// leader's heartbeats go every 2 (heartbeatTicks).
+	// RTT is the Raft tick; 0 means DefaultRTT. Elections take 10 ticks
+	// (electionTicks), a leader's heartbeats go every 2 (heartbeatTicks).
 	RTT time.Duration
 	// SnapshotEntries is the number of applied entries of a shard between
 	// two snapshots (and log compactions); 0 means DefaultSnapshotEntries.

@@ -37,13 +37,7 @@ counters() {
 echo "3 nodes, $CONNS x $DEPTH, $DURATION per run, $RUNS rounds of: $CONFIGS"
 for run in $(seq "$RUNS"); do
 	for c in "${!configs[@]}"; do
-		flags=${configs[$c]}
-		BATOND=bin/batond
-		if [[ $flags == bin=* ]]; then
-			BATOND=${flags%% *}
-			BATOND=${BATOND#bin=}/batond
-			[[ $flags == *" "* ]] && flags=${flags#* } || flags=""
-		fi
+		use_config "${configs[$c]}"
 		# shellcheck disable=SC2086 # a configuration is words
 		start_cluster 3 $flags
 		counters >"$work/before"

@@ -51,6 +51,19 @@ start() {
 pids=()
 BATOND=${BATOND:-bin/batond}
 
+# use_config CONFIG sets BATOND and flags from one configuration of a
+# script's CONFIGS: batond flags, optionally led by bin=DIR to run
+# DIR/batond instead of this tree's build.
+use_config() {
+	flags=$1
+	BATOND=bin/batond
+	if [[ $flags == bin=* ]]; then
+		BATOND=${flags%% *}
+		BATOND=${BATOND#bin=}/batond
+		[[ $flags == *" "* ]] && flags=${flags#* } || flags=""
+	fi
+}
+
 # stop_cluster ends the cluster started last.
 stop_cluster() {
 	local p

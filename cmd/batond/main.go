@@ -67,7 +67,7 @@ Flags:
                   --peers, which stays the address peers dial (for NAT,
                   tunnels or fault-injection proxies; default: RAFT_ADDR)
   --rtt DURATION  Raft tick: a leader's heartbeats every other tick,
-                  elections after 10 (default 10ms)
+                  elections after 10 (default 20ms)
   --snapshot-entries N
                   take a Raft snapshot and compact the log every N applied
                   entries of a shard (default 100000); a follower further
@@ -283,7 +283,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.shards, "shards", 0, "")
 	fs.StringVar(&o.http, "http", "", "")
 	fs.StringVar(&o.raftListen, "raft-listen", "", "")
-	fs.DurationVar(&o.rtt, "rtt", 10*time.Millisecond, "")
+	fs.DurationVar(&o.rtt, "rtt", engine.DefaultRTT, "")
 	fs.Uint64Var(&o.snapEvery, "snapshot-entries", engine.DefaultSnapshotEntries, "")
 	fs.Uint64Var(&o.snapBytes, "snapshot-bytes", engine.DefaultSnapshotBytes, "")
 	o.heapFloor = defaultHeapFloor

@@ -24,7 +24,7 @@ const (
 	// KillFollower: kill -9 a follower, and restart it after Hold.
 	KillFollower FaultKind = "kill-follower"
 	// PauseLeader: SIGSTOP the leader for Hold, longer than an election
-	// timeout (10 to 20 ticks of 10 ms), then SIGCONT.
+	// timeout (10 to 20 ticks of 20 ms), then SIGCONT.
 	PauseLeader FaultKind = "pause-leader"
 	// IsolateLeader: cut every Raft link of the leader, both ways, for Hold.
 	IsolateLeader FaultKind = "isolate-leader"
