@@ -42,7 +42,7 @@ func (s *shard) proposeGrant(ks *keyState, w *waiter) {
 // flight; nil when there is nothing to propose.
 //
 // Only a node that Raft says leads proposes a fence, and only a serving one
-// proposes commands. dragonboat forwards what a follower proposes to the
+// that is not handing the shard over proposes commands. dragonboat forwards what a follower proposes to the
 // leader, so a fence proposed by a follower would take the table from the
 // leader (until it claims it back), and commands would be fenced for nothing.
 func (s *shard) takeProposal() *proposal {
@@ -53,7 +53,7 @@ func (s *shard) takeProposal() *proposal {
 		var empty sm.Batch
 		s.seq++
 		p = &proposal{seq: s.seq, fence: true, data: empty.Seal(sm.Header{Proposer: s.node.proposerID, Seq: s.seq, Fence: true})}
-	case s.serving && s.pending.Len() > 0:
+	case s.serving && !s.handingOff && s.pending.Len() > 0:
 		s.seq++
 		p = &proposal{seq: s.seq, origins: s.origins, data: s.pending.Seal(sm.Header{Proposer: s.node.proposerID, Seq: s.seq})}
 		// dragonboat keeps the entry's bytes, so the next batch gets

@@ -153,6 +153,11 @@ func TestClusterGracefulHandOff(t *testing.T) {
 	if code, err := nodes[0].Wait(20 * time.Second); err != nil || code != 0 {
 		t.Fatalf("node 1 after SIGTERM: exit %d, %v; want exit 0", code, err)
 	}
+	// Every shard goes to the next node in priority order, node 2, at the
+	// first try: none is left for node 3 after node 2's turn ran out.
+	if log := nodes[0].Log(); !strings.Contains(log, `msg="handed leadership over" to=2 shards=4`) {
+		t.Errorf("node 1 did not hand all 4 shards to node 2; its log:\n%s", log)
+	}
 	var maxGap time.Duration
 	for i := 1; i < len(grants); i++ {
 		maxGap = max(maxGap, grants[i].at.Sub(grants[i-1].at))
