@@ -42,9 +42,10 @@ func (s *shard) proposeGrant(ks *keyState, w *waiter) {
 // flight; nil when there is nothing to propose.
 //
 // Only a node that Raft says leads proposes a fence, and only a serving one
-// that is not handing the shard over proposes commands. dragonboat forwards what a follower proposes to the
-// leader, so a fence proposed by a follower would take the table from the
-// leader (until it claims it back), and commands would be fenced for nothing.
+// that is not handing the shard over proposes commands. dragonboat forwards
+// what a follower proposes to the leader, so a fence proposed by a follower
+// would take the table from the leader (until it claims it back), and
+// commands would be fenced for nothing.
 func (s *shard) takeProposal() *proposal {
 	var p *proposal
 	switch {

@@ -382,10 +382,10 @@ func (n *Node) LeaderUpdated(info raftio.LeaderInfo) {
 // an election timeout, so that a few late or lost ones cost no leadership.
 // Every other tick rather than every tick, because heartbeats are most of
 // what an idle node does: at a 10 ms tick, 200 messages a second sent by an
-// idle leader of one shard, each waking goroutines on both sides. Measured on an idle
-// 3-node cluster, a quarter less CPU on the leader (8 % of a core down to 6)
-// and a tenth to a fifth less on the followers (BENCHMARKS.md, "What an
-// idle node costs").
+// idle leader of one shard, each waking goroutines on both sides. Measured
+// on an idle 3-node cluster, a quarter less CPU on the leader (8 % of a
+// core down to 6) and a tenth to a fifth less on the followers
+// (BENCHMARKS.md, "What an idle node costs").
 const (
 	electionTicks  = 10
 	heartbeatTicks = 2
