@@ -2,6 +2,7 @@ package engine
 
 import (
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -502,4 +503,43 @@ func nothingProposed(t *testing.T, s *shard, why string) {
 func leaseLeft(s *shard) time.Duration {
 	_, deadline := holderOf(s, "k")
 	return time.Duration(deadline - monoNow())
+}
+
+// A shard whose node is leaving and handing it over (cluster.go, quiet)
+// proposes no command: what comes in waits, and is answered MOVED to the
+// new leader once Raft names it. A fence is still proposed when one is due.
+func TestHandingOffHoldsCommandsUntilMoved(t *testing.T) {
+	s := testShard(t)
+	s.node.cfg.Peers = append(s.node.cfg.Peers, Peer{RaftAddr: "127.0.0.1:3", ClientAddr: "127.0.0.1:4"})
+	cs := connTo(s)
+	s.mu.Lock()
+	s.handingOff = true
+	s.mu.Unlock()
+	request(t, s, cs, "A k 10000 0")
+	request(t, s, cs, "R j 7")
+	s.mu.Lock()
+	p := s.takeProposal()
+	s.mu.Unlock()
+	if p != nil {
+		t.Fatalf("proposed %d commands while handing the shard over", len(p.origins))
+	}
+	if got := answers(cs); got != nil {
+		t.Fatalf("answered %q before the new leader is known", got)
+	}
+
+	s.mu.Lock()
+	s.needFence = true
+	p = s.takeProposal()
+	s.mu.Unlock()
+	if p == nil || !p.fence {
+		t.Fatalf("proposal %+v, want the fence that was due", p)
+	}
+
+	s.leaderUpdated(2)
+	got := answers(cs)
+	slices.Sort(got) // answers to different keys may come in any order
+	want := []string{"A k MOVED 127.0.0.1:4", "R j MOVED 127.0.0.1:4"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("answers %q, want %q", got, want)
+	}
 }
