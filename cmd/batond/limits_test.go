@@ -301,7 +301,7 @@ func TestLogFormatJSON(t *testing.T) {
 		t.Fatalf("stop: exit %d, %v", code, err)
 	}
 
-	var started map[string]any
+	var started, floor map[string]any
 	counted := 0
 	limitLines := 0
 	for _, line := range strings.Split(n.Log(), "\n") {
@@ -320,6 +320,8 @@ func TestLogFormatJSON(t *testing.T) {
 		switch m["msg"] {
 		case "batond started":
 			started = m
+		case "heap floor":
+			floor = m
 		case "limit hit":
 			if m["limit"] != "max-waiters-per-key" || m["level"] != "WARN" {
 				t.Fatalf("limit line %q", line)
@@ -330,6 +332,9 @@ func TestLogFormatJSON(t *testing.T) {
 	}
 	if started == nil {
 		t.Fatal("no start-up line")
+	}
+	if floor == nil || floor["bytes"] != float64(64<<20) { // --heap-floor's default
+		t.Fatalf("heap floor line %v, want bytes %d", floor, 64<<20)
 	}
 	limits, _ := started["limits"].(map[string]any)
 	if limits["max-waiters-per-key"] != 1.0 || limits["max-conns"] != 50000.0 || started["shards"] != 1.0 {

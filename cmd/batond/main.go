@@ -252,6 +252,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
 		return exitFailed
 	}
+	log.Info("heap floor", "bytes", opts.heapFloor) // the engine's start-up line does not know it
 	if httpLn != nil {
 		srv := &http.Server{Handler: node.HTTPHandler(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(httpLn) }()
