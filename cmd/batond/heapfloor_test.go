@@ -1,36 +1,16 @@
 package main
 
 import (
-	"bufio"
+	"errors"
 	"os"
 	"os/exec"
 	"runtime"
 	"runtime/metrics"
-	"strconv"
 	"strings"
 	"testing"
-)
 
-// residentKiB is this process's VmRSS, or -1 where /proc does not say.
-func residentKiB(t *testing.T) int64 {
-	t.Helper()
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	return -1
-}
+	"github.com/baton-dev/baton/bench"
+)
 
 // heapFloorChild marks the fresh process TestHeapFloor runs itself in.
 const heapFloorChild = "BATON_TEST_HEAP_FLOOR_CHILD"
@@ -63,20 +43,24 @@ func TestHeapFloor(t *testing.T) {
 		t.Fatal("a floor of 0 allocated")
 	}
 	const size = 256 << 20
+	resident := bench.ProcRSS(os.Getpid())
 	runtime.GC()
-	before := residentKiB(t)
+	before, beforeErr := resident()
 	floor := holdHeapFloor(size)
 	runtime.GC()
 	goal := heapGoal()
-	after := residentKiB(t)
+	after, afterErr := resident()
 	runtime.KeepAlive(floor)
 	if goal < size {
 		t.Errorf("heap goal %d with a floor of %d: want at least the floor", goal, size)
 	}
-	if before < 0 {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
 		t.Skip("no /proc/self/status: resident memory not checked")
 	}
-	if grew := (after - before) << 10; grew > size/8 {
+	if err := errors.Join(beforeErr, afterErr); err != nil {
+		t.Fatal(err)
+	}
+	if grew := after - before; grew > size/8 {
 		t.Errorf("resident memory grew by %d bytes with a floor of %d: the floor was touched", grew, size)
 	}
 }
