@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"time"
+
+	sm "github.com/baton-dev/baton/statemachine"
 )
 
 // Leadership in a baton cluster follows the order of --peers: the first
@@ -13,6 +15,14 @@ import (
 // alive and current ever asks, so the leader never stalls its proposals on
 // a transfer to a node that is down (Raft drops proposals while a transfer
 // is in progress).
+//
+// The puller asks through the log (a hand-off request, statemachine's
+// version 4 entry) rather than asking Raft for the transfer itself: the
+// leader then hands the shard over as a leaving node does, quiet first
+// (see transferLeadership), which only the leader can do. Asked by the
+// puller, the transfer was skipped by the target about half the time under
+// load, and the leader dropped every proposal of the shard for an election
+// timeout each time.
 
 const (
 	// priorityInterval is how often a node looks for shards led by a node
@@ -73,10 +83,12 @@ func (s *shard) shouldPull(now time.Time) bool {
 	return true
 }
 
-// pull takes the shard's leadership once this node has caught up: a
+// pull asks for the shard's leadership once this node has caught up: a
 // ReadIndex on a follower completes only after it has applied everything the
 // leader had committed when asked, so the transfer that follows does not wait
-// for a lagging target.
+// for a lagging target. The request goes through the log (dragonboat
+// forwards a follower's proposal to the leader), and the leader acts on it
+// when it applies it (shard.handOffAsked).
 func (n *Node) pull(s *shard) {
 	rs, err := n.nh.ReadIndex(s.id, catchUpTimeout)
 	if err != nil {
@@ -93,11 +105,104 @@ func (n *Node) pull(s *shard) {
 	if !caughtUp || n.draining.Load() {
 		return
 	}
-	if err := n.nh.RequestLeaderTransfer(s.id, n.cfg.ID); err != nil {
-		n.log.Debug("leader transfer request failed", "shard", s.id, "err", err)
+	var ask sm.Batch
+	rs, err = n.nh.Propose(n.sessions[s.id-1], ask.Seal(sm.Header{Proposer: n.cfg.ID, HandOff: true}), catchUpTimeout)
+	if err != nil {
+		n.log.Debug("hand-off request not proposed", "shard", s.id, "err", err)
 		return
 	}
-	n.log.Info("taking leadership back", "shard", s.id)
+	var asked bool
+	select {
+	case r := <-rs.ResultC():
+		asked = r.Completed()
+		rs.Release()
+	case <-n.stopC:
+		return
+	}
+	if asked {
+		n.log.Info("asked for leadership back", "shard", s.id)
+	}
+}
+
+// handOffRequest is a hand-off request, applied, that the leader of shard
+// s acts on: hand the shard over to replica to.
+type handOffRequest struct {
+	s  *shard
+	to uint64
+}
+
+// handOffAsked runs, with s.mu held, when a hand-off request of replica to
+// applies. Only the leader that serves acts on it, and only for a node of
+// higher priority than itself: the shard goes quiet at once (its commands
+// are held from now on), and runHandOffs does the rest.
+func (s *shard) handOffAsked(to uint64) {
+	n := s.node
+	if !s.serving || s.leaderID != n.cfg.ID || to >= n.cfg.ID || s.handingOff || s.stopping || n.draining.Load() {
+		return
+	}
+	s.handingOff = true
+	select {
+	case n.handOffs <- handOffRequest{s, to}:
+	default: // not reached: a slot per shard, and handingOff keeps one request per shard
+		s.handingOff = false
+	}
+}
+
+// runHandOffs hands shards over as their hand-off requests applied: it
+// waits for what they proposed to settle, asks Raft for the transfers (to
+// a target that accepts connections), and if a transfer did not happen by
+// the time Raft gives it up, serves the shard again (the puller asks again
+// after pullBackoff).
+func (n *Node) runHandOffs() {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-n.stopC; cancel() }() // this loop returns only then
+	for {
+		var reqs []handOffRequest
+		select {
+		case <-n.stopC:
+			return
+		case r := <-n.handOffs:
+			reqs = append(reqs, r)
+		}
+		// The requests that applied meanwhile go quiet and over together.
+		for more := true; more; {
+			select {
+			case r := <-n.handOffs:
+				reqs = append(reqs, r)
+			default:
+				more = false
+			}
+		}
+		shards := make([]*shard, len(reqs))
+		for i, r := range reqs {
+			shards[i] = r.s
+		}
+		n.settle(ctx, shards)
+		byTarget := map[uint64][]*shard{}
+		for _, r := range reqs {
+			byTarget[r.to] = append(byTarget[r.to], r.s)
+		}
+		retry := time.Duration(electionTicks+1) * n.cfg.RTT
+		for to, group := range byTarget {
+			if !n.peerAlive(ctx, to) {
+				continue
+			}
+			if moved := n.handOver(ctx, group, to, retry); moved > 0 {
+				n.log.Info("handed leadership over", "to", to, "shards", moved, "asked", true)
+			}
+		}
+		for _, s := range shards {
+			s.mu.Lock()
+			if !n.draining.Load() { // a leaving node keeps them quiet
+				s.handingOff = false
+				if s.leaderID == n.cfg.ID {
+					n.log.Info("hand-off did not happen: serving again", "shard", s.id)
+					s.kickIfPending()
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
 }
 
 // transferLeadership moves the leadership of every shard this node leads to
@@ -120,8 +225,13 @@ func (n *Node) transferLeadership(ctx context.Context) {
 	if !n.clustered() {
 		return
 	}
-	n.quiet(ctx, n.ledShards())
-	retry := time.Duration(electionTicks+1) * n.cfg.RTT // Raft aborts a transfer after electionTicks
+	shards := n.ledShards()
+	for _, s := range shards {
+		s.mu.Lock()
+		s.handingOff = true
+		s.mu.Unlock()
+	}
+	n.settle(ctx, shards)
 	for id := uint64(1); id <= uint64(len(n.cfg.Peers)); id++ {
 		if id == n.cfg.ID {
 			continue
@@ -133,34 +243,38 @@ func (n *Node) transferLeadership(ctx context.Context) {
 		if !n.peerAlive(ctx, id) {
 			continue
 		}
-		now := time.Now()
-		until, asked := now.Add(transferPerTarget), time.Time{}
-		for left := led; len(left) > 0 && now.Before(until) && ctx.Err() == nil; left = n.ledShards() {
-			if now.Sub(asked) >= retry {
-				for _, s := range left {
-					_ = n.nh.RequestLeaderTransfer(s.id, id)
-				}
-				asked = now
-			}
-			time.Sleep(5 * time.Millisecond)
-			now = time.Now()
-		}
-		if moved := len(led) - len(n.ledShards()); moved > 0 {
+		if moved := n.handOver(ctx, led, id, transferPerTarget); moved > 0 {
 			n.log.Info("handed leadership over", "to", id, "shards", moved)
 		}
 	}
 }
 
-// quiet stops the shards proposing commands and waits (bounded by ctx and
-// quietTimeout) until what they proposed has settled, then quietSettle for
-// the followers to apply the last commit index, which the leader sent them
-// as it committed.
-func (n *Node) quiet(ctx context.Context, shards []*shard) {
-	for _, s := range shards {
-		s.mu.Lock()
-		s.handingOff = true
-		s.mu.Unlock()
+// handOver asks Raft to transfer the leadership of shards to replica to,
+// and again whenever Raft has given a transfer up (after electionTicks),
+// until this node leads none of them or within has passed (or ctx ends).
+// It returns how many moved.
+func (n *Node) handOver(ctx context.Context, shards []*shard, to uint64, within time.Duration) int {
+	retry := time.Duration(electionTicks+1) * n.cfg.RTT
+	now := time.Now()
+	until, asked := now.Add(within), time.Time{}
+	for left := shards; len(left) > 0 && now.Before(until) && ctx.Err() == nil; left = n.ledAmong(shards) {
+		if now.Sub(asked) >= retry {
+			for _, s := range left {
+				_ = n.nh.RequestLeaderTransfer(s.id, to)
+			}
+			asked = now
+		}
+		time.Sleep(5 * time.Millisecond)
+		now = time.Now()
 	}
+	return len(shards) - len(n.ledAmong(shards))
+}
+
+// settle waits (bounded by ctx and quietTimeout) until what the shards,
+// quiet (handingOff), proposed has applied, then quietSettle for the
+// followers to apply the last commit index, which the leader sent them as
+// it committed.
+func (n *Node) settle(ctx context.Context, shards []*shard) {
 	settled := func() bool {
 		for _, s := range shards {
 			s.mu.Lock()
@@ -183,9 +297,12 @@ func (n *Node) quiet(ctx context.Context, shards []*shard) {
 }
 
 // ledShards lists the shards this node leads now.
-func (n *Node) ledShards() []*shard {
+func (n *Node) ledShards() []*shard { return n.ledAmong(n.shards) }
+
+// ledAmong lists those of shards this node leads now.
+func (n *Node) ledAmong(shards []*shard) []*shard {
 	var led []*shard
-	for _, s := range n.shards {
+	for _, s := range shards {
 		s.mu.Lock()
 		if s.leaderID == n.cfg.ID {
 			led = append(led, s)

@@ -105,7 +105,8 @@ type Node struct {
 	refusals          logLimit // H refused
 	handshakeFailures logLimit // TLS handshakes that failed
 
-	draining atomic.Bool // stopping: hand leadership off, never pull it
+	draining atomic.Bool         // stopping: hand leadership off, never pull it
+	handOffs chan handOffRequest // applied hand-off requests for runHandOffs: a slot per shard (cluster.go)
 	stopOnce sync.Once
 	stopC    chan struct{}
 	loops    sync.WaitGroup // timer, proposer and snapshotter goroutines (and the others that stop with stopC)
@@ -181,6 +182,7 @@ func (n *Node) start() error {
 	for id := 1; id <= n.cfg.Shards; id++ {
 		n.shards = append(n.shards, newShard(n, uint64(id)))
 	}
+	n.handOffs = make(chan handOffRequest, len(n.shards))
 	n.registerGauges()
 	me := n.cfg.Peers[n.cfg.ID-1]
 	quietDragonboat(n.log)
@@ -241,8 +243,9 @@ func (n *Node) start() error {
 		}
 	}
 	if n.clustered() {
-		n.loops.Add(1)
+		n.loops.Add(2)
 		go func() { defer n.loops.Done(); n.runPriority() }()
+		go func() { defer n.loops.Done(); n.runHandOffs() }()
 	}
 	n.loops.Add(2)
 	go func() { defer n.loops.Done(); n.adm.hits.run(n.stopC) }()

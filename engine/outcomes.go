@@ -24,6 +24,12 @@ func (s *shard) applied(h sm.Header, cmds []sm.Command, results []sm.Result) {
 func (s *shard) applyEntry(h sm.Header, cmds []sm.Command, results []sm.Result) {
 	now := monoNow()
 	s.countLogged(h.Size)
+	if h.HandOff {
+		// Its Proposer is a replica id, not a proposer's: matched to no
+		// proposal.
+		s.handOffAsked(h.Proposer)
+		return
+	}
 	var p *proposal
 	if h.Proposer == s.node.proposerID {
 		p = s.match(h.Seq)

@@ -94,8 +94,9 @@ type shard struct {
 	serving   bool   // this node leads the shard and holds the fence: its fence applied, no other since
 	needFence bool   // a fence must be proposed (once Raft says this node leads) before serving
 	stopping  bool   // the node shuts down: serve nothing, pull nothing
-	// handingOff: the node is leaving and hands the shard over (cluster.go,
-	// transferLeadership): commands are batched but not proposed, and
+	// handingOff: the node hands the shard over, because it is leaving
+	// (cluster.go, transferLeadership) or a node of higher priority asked
+	// (handOffAsked): commands are batched but not proposed, and
 	// stopServing answers them MOVED once the new leader is known.
 	handingOff bool
 

@@ -59,10 +59,13 @@
 // One Raft entry carries one Batch, little endian:
 //
 //	header (21 bytes, fixed so that Seal can patch it in place):
-//	  version  u8   (1, or 2 if a command is an owned Grant, or 3: a fence)
-//	  proposer u64  (not 0 in a fence)
+//	  version  u8   (1, or 2 if a command is an owned Grant, 3: a fence,
+//	                4: a hand-off request)
+//	  proposer u64  (not 0 in a fence; a Raft replica id in a hand-off
+//	                request)
 //	  seq      u64
-//	  count    u32  number of commands that follow (0 in a fence)
+//	  count    u32  number of commands that follow (0 in a fence and in
+//	                a hand-off request)
 //	count times:
 //	  op       u8   wire op: OpGrant..OpExpire, or 5 (owned Grant,
 //	                version 2 only)
@@ -98,6 +101,14 @@
 // with zero commands, the barrier of the release before the fence, is
 // still valid: it decodes to a Header without Fence and applies as an
 // entry without commands, which changes nothing and is not a fence.
+//
+// Version 4 is a hand-off request: the header alone, with count 0 and, as
+// its proposer, the Raft replica id (not 0) of the node that asks the
+// shard's leader to hand the shard over to it; it decodes to a Header with
+// HandOff set. It changes nothing in the table (not even for the fence:
+// it has no commands to keep out), so only the engine, which acts on it
+// as the leader, tells it from an entry without commands; a replica of a
+// release before it skips it as undecodable and stays in step.
 //
 // # Pebble layout
 //
@@ -305,6 +316,12 @@ type Result struct {
 // proposer's batch is answered Fenced and changes nothing. A fence has no
 // commands and its Proposer is not 0 (Seal panics otherwise).
 //
+// HandOff marks a hand-off request: an entry without commands by which
+// the node whose Raft replica id is Proposer (not a process's random
+// proposer here) asks the shard's leader to hand the leadership over to
+// it. It changes nothing in the table. It has no commands, its Proposer is
+// not 0, and it is not a fence (Seal panics otherwise).
+//
 // Size is not encoded: Update sets it to the entry's size in the Raft log
 // (its command's bytes) before it tells the observer, which may bound the
 // log by bytes with it.
@@ -312,6 +329,7 @@ type Header struct {
 	Proposer uint64
 	Seq      uint64
 	Fence    bool
+	HandOff  bool
 	Size     int
 }
 

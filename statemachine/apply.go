@@ -97,6 +97,8 @@ func newTable(shard uint64, seq uint64, sizeHint int) *table {
 //
 //   - A fence (no commands: DecodeBatch guarantees it) makes its proposer
 //     the table's fence.
+//   - A hand-off request (no commands either) changes nothing: it is for
+//     the engine of the shard's leader.
 //   - Once the table has a fence, a batch of any other proposer is answered
 //     Fenced, every command of it, and changes nothing: no row, no token
 //     counter, no changed set.
@@ -106,6 +108,7 @@ func (t *table) applyBatch(h Header, cmds []Command, results []Result) []Result 
 	switch {
 	case h.Fence:
 		t.fence = h.Proposer
+	case h.HandOff:
 	case t.fence != 0 && h.Proposer != t.fence:
 		for range cmds {
 			results = append(results, Result{Code: Fenced})

@@ -272,13 +272,15 @@ func TestChangedSinceCheckpoint(t *testing.T) {
 // TestApplyFence checks applyBatch's rule: before any fence every batch
 // applies; after a fence only its proposer's batches do, and any other
 // proposer's batch is answered Fenced, every command, with the table (rows,
-// owners, token counter, changed set) as it was; a later fence switches.
+// owners, token counter, changed set) as it was; a later fence switches;
+// a hand-off request changes nothing, the fence included.
 func TestApplyFence(t *testing.T) {
 	const shard = 3
 	const a, b, c = 0xa, 0xb, 0xc
 	tok := func(seq uint64) uint64 { return seq<<ShardBits | shard }
 	fenceOf := func(p uint64) Header { return Header{Proposer: p, Fence: true} }
 	by := func(p uint64) Header { return Header{Proposer: p} }
+	handOffBy := func(p uint64) Header { return Header{Proposer: p, HandOff: true} }
 	fenced := func(n int) []Result { return slices.Repeat([]Result{{Code: Fenced}}, n) }
 	type step struct {
 		h     Header
@@ -318,6 +320,15 @@ func TestApplyFence(t *testing.T) {
 			{fenceOf(a), nil, nil, a},
 			{by(b), []Command{release("x", 0)}, fenced(1), a},
 			{by(a), []Command{release("x", 0)}, []Result{{Code: Released, Token: tok(3)}}, a},
+		}},
+		{"a hand-off request changes nothing", []step{
+			{handOffBy(2), nil, nil, 0},
+			{by(b), []Command{grant("x", 1)}, []Result{{Code: Granted, Token: tok(1)}}, 0},
+			{fenceOf(a), nil, nil, a},
+			// Not a fence, whatever its proposer: a's batches still apply.
+			{handOffBy(a), nil, nil, a},
+			{handOffBy(b), nil, nil, a},
+			{by(a), []Command{release("x", 0)}, []Result{{Code: Released, Token: tok(1)}}, a},
 		}},
 	}
 	for _, tc := range tests {

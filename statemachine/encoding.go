@@ -23,6 +23,11 @@ const (
 	// empty version 1 entry stays what it always was, an entry without
 	// commands that changes nothing.
 	encVersionFence = 3
+	// encVersionHandOff is the format of a hand-off request: a header
+	// alone, count 0, with the Raft replica id of the node that asks (not
+	// 0) as its proposer. It changes nothing in the table, so a replica
+	// that does not know it and skips it stays in step with the others.
+	encVersionHandOff = 4
 	// opGrantOwned is the wire op of a Grant with an owner (version 2
 	// only); it decodes to OpGrant with Owner set. A Grant without an owner
 	// is wire op OpGrant, encoded alike in both versions.
@@ -63,6 +68,9 @@ var (
 	// A fence is a header alone (count 0) with a proposer that is not 0.
 	errFenceCmds     error = decodeError("fence with commands")
 	errFenceProposer error = decodeError("fence of proposer 0")
+	// A hand-off request, likewise, with the replica id that asks.
+	errHandOffCmds     error = decodeError("hand-off request with commands")
+	errHandOffProposer error = decodeError("hand-off request of replica 0")
 )
 
 // Batch builds one Raft entry from many commands. The zero value is ready.
@@ -144,15 +152,16 @@ func (b *Batch) Size() int { return max(len(b.buf), headerLen) }
 // Seal writes h into the batch and returns the encoded entry. The bytes
 // stay valid until the next Reset.
 //
-// With h.Fence the entry is a fence, version 3 of the encoding: Seal
-// panics if the batch has commands or h.Proposer is 0, because every
-// replica would reject such an entry (a bug in the caller, as with
-// Append's panics). Otherwise the entry is in version 1 of the encoding,
-// the one from before owners, unless a Grant in the batch has an owner;
-// then it is in version 2. The commands are encoded the same in both (an
-// owned Grant has a wire op of its own, which only version 2 has), so Seal
-// only picks the header's version byte, from h.Fence and a flag Append
-// keeps, and each batch still has exactly one encoding.
+// With h.Fence the entry is a fence, version 3 of the encoding, and with
+// h.HandOff a hand-off request, version 4: Seal panics if the batch has
+// commands, h.Proposer is 0 or both are set, because every replica would
+// reject such an entry (a bug in the caller, as with Append's panics).
+// Otherwise the entry is in version 1 of the encoding, the one from before
+// owners, unless a Grant in the batch has an owner; then it is in version
+// 2. The commands are encoded the same in both (an owned Grant has a wire
+// op of its own, which only version 2 has), so Seal only picks the
+// header's version byte, from h.Fence, h.HandOff and a flag Append keeps,
+// and each batch still has exactly one encoding.
 //
 // A replica from before owners rejects version 2 and, like every replica
 // with an entry it cannot decode, skips it. So while a replica still runs
@@ -162,7 +171,9 @@ func (b *Batch) Size() int { return max(len(b.buf), headerLen) }
 // as long as no client names an owner before it is done. A replica from
 // before the fence skips version 3 the same way, and then applies the
 // batches the fence keeps out: no rolling upgrade crosses the fence (see
-// the package doc).
+// the package doc). A replica from before hand-off requests skips version
+// 4, which changes nothing in any table, so its table stays in step; as a
+// leader, it just never hands a shard over on request.
 func (b *Batch) Seal(h Header) []byte {
 	if h.Fence && b.n > 0 {
 		panic("statemachine: Batch.Seal: a fence with commands")
@@ -170,12 +181,17 @@ func (b *Batch) Seal(h Header) []byte {
 	if h.Fence && h.Proposer == 0 {
 		panic("statemachine: Batch.Seal: a fence of proposer 0")
 	}
+	if h.HandOff && (b.n > 0 || h.Proposer == 0 || h.Fence) {
+		panic("statemachine: Batch.Seal: a hand-off request with commands, of replica 0, or a fence")
+	}
 	if len(b.buf) < headerLen {
 		b.buf = append(b.buf[:0], make([]byte, headerLen)...)
 	}
 	switch {
 	case h.Fence:
 		b.buf[0] = encVersionFence
+	case h.HandOff:
+		b.buf[0] = encVersionHandOff
 	case b.owned:
 		b.buf[0] = encVersion
 	default:
@@ -197,13 +213,15 @@ func (b *Batch) Reset() {
 // DecodeBatch decodes an entry of any version (see the package doc) into
 // its header and commands, appending the commands to cmds (keys and owners
 // alias data). A fence (version 3) decodes to a Header with Fence set and
-// no commands; versions 1 and 2 to one with Fence unset. A malformed entry
+// no commands, a hand-off request (version 4) to one with HandOff set and
+// no commands; versions 1 and 2 to one with neither. A malformed entry
 // is an error.
 //
 // Every field is checked (version, ops, key lengths 1..MaxKeyLen, owner
 // lengths 1..MaxOwnerLen, minimal varints, lease_ms within 32 bits, the
 // count, no trailing bytes, an owned Grant in a version 2 entry and none in
-// a version 1 entry, no commands and a proposer other than 0 in a fence),
+// a version 1 entry, no commands and a proposer other than 0 in a fence
+// and in a hand-off request),
 // so that a valid entry re-encodes (Append, Seal) to exactly the same
 // bytes. On error cmds is returned at its original length and the error
 // matches ErrMalformed. DecodeBatch never panics and allocates only to
@@ -224,20 +242,25 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 		return fail(errShort)
 	}
 	version := data[0]
-	if version < encVersionNoOwners || version > encVersionFence {
+	if version < encVersionNoOwners || version > encVersionHandOff {
 		return fail(errVersion)
 	}
 	h := Header{
 		Proposer: binary.LittleEndian.Uint64(data[1:]),
 		Seq:      binary.LittleEndian.Uint64(data[9:]),
 		Fence:    version == encVersionFence,
+		HandOff:  version == encVersionHandOff,
 	}
 	n := binary.LittleEndian.Uint32(data[17:])
-	if h.Fence && n != 0 {
+	switch {
+	case h.Fence && n != 0:
 		return fail(errFenceCmds)
-	}
-	if h.Fence && h.Proposer == 0 {
+	case h.Fence && h.Proposer == 0:
 		return fail(errFenceProposer)
+	case h.HandOff && n != 0:
+		return fail(errHandOffCmds)
+	case h.HandOff && h.Proposer == 0:
+		return fail(errHandOffProposer)
 	}
 	p := data[headerLen:]
 	if uint64(n) > uint64(len(p)/minCmdLen) {

@@ -38,6 +38,8 @@ func TestBatchRoundTrip(t *testing.T) {
 		{"no commands, not a fence", Header{Proposer: 1, Seq: 2}, nil},
 		{"fence", Header{Proposer: 1, Seq: 2, Fence: true}, nil},
 		{"fence of the largest proposer", Header{Proposer: math.MaxUint64, Seq: math.MaxUint64, Fence: true}, nil},
+		{"hand-off request", Header{Proposer: 1, HandOff: true}, nil},
+		{"hand-off request with a seq", Header{Proposer: math.MaxUint64, Seq: 7, HandOff: true}, nil},
 		{"grant", Header{Proposer: math.MaxUint64, Seq: 1}, []Command{grant("a", 1000)}},
 		{"grant with owner", Header{}, []Command{grantBy("a", 1000, "client-7f3a")}},
 		{"grant with empty owner", Header{}, []Command{{Op: OpGrant, Key: []byte("a"), LeaseMs: 1, Owner: []byte{}}}},
@@ -108,6 +110,9 @@ func wantVersion(h Header, cmds []Command) byte {
 	if h.Fence {
 		return encVersionFence
 	}
+	if h.HandOff {
+		return encVersionHandOff
+	}
 	for _, c := range cmds {
 		if c.Op == OpGrant && len(c.Owner) > 0 {
 			return encVersion
@@ -125,21 +130,23 @@ func TestBatchLayout(t *testing.T) {
 			n, 0, 0, 0, // count
 		}
 	}
+	fence, handOff := Header{Fence: true}, Header{HandOff: true}
 	tests := []struct {
-		name  string
-		fence bool
-		cmds  []Command
-		want  []byte
+		name string
+		kind Header // Fence or HandOff, or neither
+		cmds []Command
+		want []byte
 	}{
-		{"fence: version 3", true, nil, hdr(3, 0)},
-		{"no commands: version 1", false, nil, hdr(1, 0)},
-		{"without owners: version 1", false, []Command{extend("ab", 300, 5), grant("c", 200), grant("d", 1)}, bytes.Join([][]byte{
+		{"fence: version 3", fence, nil, hdr(3, 0)},
+		{"hand-off request: version 4", handOff, nil, hdr(4, 0)},
+		{"no commands: version 1", Header{}, nil, hdr(1, 0)},
+		{"without owners: version 1", Header{}, []Command{extend("ab", 300, 5), grant("c", 200), grant("d", 1)}, bytes.Join([][]byte{
 			hdr(1, 3),
 			{3, 2, 'a', 'b', 0xac, 0x02, 5}, // extend, keylen, key, token 300, lease 5
 			{1, 1, 'c', 0xc8, 0x01},         // grant, keylen, key, lease 200
 			{1, 1, 'd', 1},                  // grant, keylen, key, lease 1
 		}, nil)},
-		{"with an owner: version 2", false, []Command{extend("ab", 300, 5), grantBy("c", 200, "me"), grant("d", 1)}, bytes.Join([][]byte{
+		{"with an owner: version 2", Header{}, []Command{extend("ab", 300, 5), grantBy("c", 200, "me"), grant("d", 1)}, bytes.Join([][]byte{
 			hdr(2, 3),
 			{3, 2, 'a', 'b', 0xac, 0x02, 5},      // extend, keylen, key, token 300, lease 5
 			{5, 1, 'c', 0xc8, 0x01, 2, 'm', 'e'}, // owned grant, keylen, key, lease 200, ownerlen, owner
@@ -152,7 +159,7 @@ func TestBatchLayout(t *testing.T) {
 			for _, c := range tc.cmds {
 				b.Append(c)
 			}
-			if got := b.Seal(Header{Proposer: 0x0102, Seq: 3, Fence: tc.fence}); !bytes.Equal(got, tc.want) {
+			if got := b.Seal(Header{Proposer: 0x0102, Seq: 3, Fence: tc.kind.Fence, HandOff: tc.kind.HandOff}); !bytes.Equal(got, tc.want) {
 				t.Fatalf("got  %x\nwant %x", got, tc.want)
 			}
 		})
@@ -203,6 +210,7 @@ func TestSealVersion(t *testing.T) {
 		{"owned grant last", Header{}, []Command{grant("a", 1), release("a", 0), grantBy("b", 2, long)}, 2, nil},
 		{"owned grant first", Header{}, []Command{grantBy("a", 1, "me"), grant("b", 2), extend("a", 7, 3)}, 2, nil},
 		{"fence", Header{Proposer: 1, Seq: 4, Fence: true}, nil, 3, nil},
+		{"hand-off request", Header{Proposer: 3, HandOff: true}, nil, 4, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -249,9 +257,10 @@ func TestSealVersion(t *testing.T) {
 	}
 }
 
-// TestSealPanicsOnInvalidFence: a fence with commands, or of proposer 0
-// (the table's "no fence"), is a caller's bug every replica would reject.
-func TestSealPanicsOnInvalidFence(t *testing.T) {
+// TestSealPanicsOnInvalidHeaderOnly: a fence or a hand-off request with
+// commands, or of proposer 0 (the table's "no fence", no replica's id), or
+// both at once, is a caller's bug every replica would reject.
+func TestSealPanicsOnInvalidHeaderOnly(t *testing.T) {
 	tests := []struct {
 		name string
 		h    Header
@@ -260,6 +269,9 @@ func TestSealPanicsOnInvalidFence(t *testing.T) {
 		{"with a command", Header{Proposer: 1, Fence: true}, []Command{release("a", 0)}},
 		{"with an owned grant", Header{Proposer: 1, Fence: true}, []Command{grantBy("a", 1, "o")}},
 		{"of proposer 0", Header{Seq: 1, Fence: true}, nil},
+		{"hand-off request with a command", Header{Proposer: 1, HandOff: true}, []Command{grant("a", 1)}},
+		{"hand-off request of replica 0", Header{HandOff: true}, nil},
+		{"fence and hand-off request", Header{Proposer: 1, Fence: true, HandOff: true}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -420,6 +432,12 @@ func TestDecodeBatchErrors(t *testing.T) {
 		h[1] = 1
 		return h
 	}
+	// hdr4 is a hand-off request's header, of replica 2, with count n.
+	hdr4 := func(n uint32) []byte {
+		h := hdrV(encVersionHandOff, n)
+		h[1] = 2
+		return h
+	}
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	valid := encode(Header{}, grant("k", 1))
 	ownerless := encode(Header{Seq: 5}, grant("a", 1), release("a", 0), extend("b", 1025, 5), expire("c", 2049))
@@ -433,7 +451,7 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"empty", nil, errShort},
 		{"short header", valid[:headerLen-1], errShort},
 		{"version 0", cat([]byte{0}, valid[1:]), errVersion},
-		{"version 4", cat([]byte{4}, valid[1:]), errVersion},
+		{"version 5", cat([]byte{5}, valid[1:]), errVersion},
 		{"version 255", cat([]byte{255}, valid[1:]), errVersion},
 
 		// A fence is a header alone, with a proposer.
@@ -445,6 +463,13 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"fence with a trailing byte", cat(hdr3(0), []byte{0}), errTrailing},
 		{"fence of proposer 0", hdrV(encVersionFence, 0), errFenceProposer},
 		{"short fence", hdr3(0)[:headerLen-1], errShort},
+
+		// So is a hand-off request, with the replica that asks.
+		{"hand-off request with a command", cat(hdr4(1), []byte{1, 1, 'k', 1}), errHandOffCmds},
+		{"version 4 of a batch", cat([]byte{encVersionHandOff}, valid[1:]), errHandOffCmds},
+		{"hand-off request with a trailing byte", cat(hdr4(0), []byte{0}), errTrailing},
+		{"hand-off request of replica 0", hdrV(encVersionHandOff, 0), errHandOffProposer},
+		{"short hand-off request", hdr4(0)[:headerLen-1], errShort},
 
 		// One encoding per batch: version 2 if and only if a Grant has
 		// an owner, and an owner only in an owned Grant (op 5).
@@ -537,7 +562,8 @@ func decodeAll(t *testing.T, data []byte, cmds []Command) ([]Command, error) {
 // FuzzDecodeBatch checks that DecodeBatch never panics, and that whatever it
 // accepts is the one encoding of its commands: Append and Seal give the
 // very same bytes (so the version is 2 exactly when a Grant has an owner,
-// 3 exactly for a fence, which has no commands and a proposer), version 1
+// 3 exactly for a fence and 4 for a hand-off request, which have no
+// commands and a proposer), version 1
 // is also what the code before owners wrote (encodeV1), and it decodes
 // again to the same commands.
 func FuzzDecodeBatch(f *testing.F) {
@@ -568,6 +594,11 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(encodeVersion(encVersionFence, Header{Seq: 1}))
 	f.Add(bytes.Join([][]byte{encode(Header{Proposer: 3, Fence: true}), {0}}, nil))
 	f.Add([]byte{3, 0, 0})
+	// Hand-off requests, and what one must not be.
+	f.Add(encode(Header{Proposer: 2, HandOff: true}))
+	f.Add(encodeVersion(encVersionHandOff, Header{Proposer: 2}, release("a", 0)))
+	f.Add(encodeVersion(encVersionHandOff, Header{Seq: 1}))
+	f.Add([]byte{4, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, cmds, err := DecodeBatch(data, nil)
 		if err != nil {
@@ -586,7 +617,8 @@ func FuzzDecodeBatch(f *testing.F) {
 		if owned != (data[0] == encVersion) {
 			t.Fatalf("version %d entry, owners: %v", data[0], owned)
 		}
-		if h.Fence != (data[0] == encVersionFence) || h.Fence && (len(cmds) != 0 || h.Proposer == 0) {
+		headerOnly := h.Fence || h.HandOff
+		if h.Fence != (data[0] == encVersionFence) || h.HandOff != (data[0] == encVersionHandOff) || headerOnly && (len(cmds) != 0 || h.Proposer == 0) {
 			t.Fatalf("version %d entry decoded to %+v with %d commands", data[0], h, len(cmds))
 		}
 		again := encode(h, cmds...)

@@ -75,15 +75,24 @@ stop_cluster() {
 # start_cluster N FLAGS...: a fresh cluster of N nodes in new data dirs,
 # every batond given FLAGS, returning once node 1 serves every shard.
 start_cluster() {
-	local n=$1 peers="" i
+	local n=$1 i
 	shift
 	rm -rf "$work"/n*
+	peers=""
 	for i in $(seq "$n"); do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
 	for i in $(seq "$n"); do
-		"$BATOND" --id "$i" --peers "$peers" --data "$work/n$i" --http "127.0.0.1:179${i}2" "$@" >"$work/n$i.log" 2>&1 &
-		pids+=($!)
+		start_node "$i" "$@"
 	done
 	wait_ready 127.0.0.1:17910 || { echo "cluster of $n did not settle:"; tail -5 "$work"/n*.log; exit 1; }
+}
+
+# start_node I FLAGS...: (re)starts node I of the cluster started last, in
+# its data dir, appending to its log; pids[I-1] is its process.
+start_node() {
+	local i=$1
+	shift
+	"$BATOND" --id "$i" --peers "$peers" --data "$work/n$i" --http "127.0.0.1:179${i}2" "$@" >>"$work/n$i.log" 2>&1 &
+	pids[i - 1]=$!
 }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
