@@ -60,12 +60,59 @@ func (s *sender) write(buf []byte, kind byte, n int) error {
 }
 
 // messageConn carries Raft message batches to one peer (raftio.IConnection).
+//
+// The peer never writes on it, so a read returns only when the peer is
+// gone (its process ended, and its kernel closed the socket) or the
+// connection is closed: a goroutine waits for that (use), and the next
+// batch goes on a new connection, dialled then (the peer may be back), or
+// fails at once if the peer cannot be reached. Before, the first batch after the peer died
+// was written into the void (the write succeeds; the peer's reset comes
+// back after it) and only the second failed, whenever dragonboat next had
+// something for that peer on that connection: often after the peer had
+// restarted. Each such failure trips dragonboat's circuit breaker for the
+// peer, which then drops every message to it for half a second or more,
+// and dragonboat keeps several connections to a peer (one per shard
+// partition), each failing in its turn: a restarted node heard from no
+// leader for seconds, and kept campaigning instead of catching up.
 type messageConn struct {
 	sender
+	redial func() (net.Conn, error) // a new connection to the same peer
+	gone   chan struct{}            // closed once a read on conn returned: the peer is gone
 }
 
-// SendMessageBatch sends batch in one frame.
+// newMessageConn carries batches on c, and on a new connection from redial
+// once the peer of the last one is gone.
+func newMessageConn(c net.Conn, redial func() (net.Conn, error)) *messageConn {
+	mc := &messageConn{redial: redial}
+	mc.use(c)
+	return mc
+}
+
+// use makes c the connection batches go on, watched for its peer going
+// away. Bytes the peer should not have sent count as going away too.
+func (c *messageConn) use(conn net.Conn) {
+	gone := make(chan struct{})
+	c.conn, c.gone = conn, gone
+	go func() {
+		var b [1]byte
+		_, _ = conn.Read(b[:]) // until the peer closes or resets it, or Close
+		close(gone)
+	}()
+}
+
+// SendMessageBatch sends batch in one frame, on a new connection if the
+// peer of the last one is gone.
 func (c *messageConn) SendMessageBatch(batch pb.MessageBatch) error {
+	select {
+	case <-c.gone:
+		_ = c.conn.Close()
+		conn, err := c.redial()
+		if err != nil {
+			return err
+		}
+		c.use(conn)
+	default:
+	}
 	return c.send(frameBatch, &batch, batch.SizeUpperLimit())
 }
 

@@ -35,7 +35,9 @@
 // the connection after the ack (or a short timeout), so that the last
 // chunks are not lost to a reset. A frame that does not check (unknown
 // kind, too large, wrong checksum, a payload that does not unmarshal) ends
-// its connection; dragonboat then dials again.
+// its connection; dragonboat then dials again. The dialler of a message
+// connection notices at once when its peer goes away (a read returns; see
+// messageConn), and sends the next batch on a new connection.
 //
 // Connections that carry Raft traffic are not compatible with dragonboat's
 // transport: every node of a cluster must use the same one (batond's

@@ -108,7 +108,7 @@ func (t *Transport) GetConnection(ctx context.Context, target string) (raftio.IC
 	if err != nil {
 		return nil, err
 	}
-	return &messageConn{sender{conn: c}}, nil
+	return newMessageConn(c, func() (net.Conn, error) { return t.dial(ctx, target) }), nil
 }
 
 // GetSnapshotConnection dials target for the chunks of a snapshot.

@@ -42,7 +42,13 @@ func nodeHostConfig(addr string, ca *harness.CA, cert harness.Cert) config.NodeH
 // runs for every chunk after it is recorded.
 func startReceiver(t *testing.T, ca *harness.CA, cert harness.Cert, onChunk func(pb.Chunk)) *receiver {
 	t.Helper()
-	r := &receiver{addr: harness.FreeAddr(t), batches: make(chan pb.MessageBatch, 1024), logs: &harness.SyncBuffer{}}
+	return startReceiverAt(t, harness.FreeAddr(t), ca, cert, onChunk)
+}
+
+// startReceiverAt is startReceiver on addr.
+func startReceiverAt(t *testing.T, addr string, ca *harness.CA, cert harness.Cert, onChunk func(pb.Chunk)) *receiver {
+	t.Helper()
+	r := &receiver{addr: addr, batches: make(chan pb.MessageBatch, 1024), logs: &harness.SyncBuffer{}}
 	f := &Factory{Log: slog.New(slog.NewTextHandler(r.logs, nil))}
 	tr := f.Create(nodeHostConfig(r.addr, ca, cert),
 		func(b pb.MessageBatch) { r.batches <- b },
@@ -306,5 +312,73 @@ func TestValidate(t *testing.T) {
 		if got := f.Validate(addr); got != want {
 			t.Errorf("Validate(%q) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+// TestPeerGoneAndBack: once the peer has closed the connection (its
+// process ended), the connection knows without a write; the next batch
+// fails at once while the peer is down, and goes on a new connection once
+// it is back, instead of being written into the void. A live connection,
+// meanwhile, is not taken for gone. With TLS too.
+func TestPeerGoneAndBack(t *testing.T) {
+	ca := harness.NewCA(t, "raft-ca")
+	for _, tc := range []struct {
+		name           string
+		ca             *harness.CA
+		server, client harness.Cert
+	}{
+		{"tcp", nil, harness.Cert{}, harness.Cert{}},
+		{"mutual TLS", ca, ca.Issue("node-1"), ca.Issue("node-2")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startReceiver(t, tc.ca, tc.server, nil)
+			// leave connects, sends a batch, and closes the receiver.
+			leave := func() *messageConn {
+				c, err := newSender(tc.ca, tc.client).GetConnection(context.Background(), r.addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(c.Close)
+				conn := c.(*messageConn)
+				if err := conn.SendMessageBatch(testBatch(1)); err != nil {
+					t.Fatal(err)
+				}
+				<-r.batches
+				select {
+				case <-conn.gone:
+					t.Fatal("a live connection was taken for gone")
+				default:
+				}
+				if err := r.Close(); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-conn.gone:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the peer's close went unnoticed for 10 s")
+				}
+				return conn
+			}
+
+			down := leave()
+			if err := down.SendMessageBatch(testBatch(2)); err == nil {
+				t.Fatal("a batch to a peer that is down was taken")
+			}
+
+			r = startReceiverAt(t, r.addr, tc.ca, tc.server, nil)
+			back := leave()
+			r = startReceiverAt(t, r.addr, tc.ca, tc.server, nil)
+			if err := back.SendMessageBatch(testBatch(3)); err != nil {
+				t.Fatalf("the first batch after the peer came back: %v", err)
+			}
+			select {
+			case got := <-r.batches:
+				if !sameBatch(got, testBatch(3)) {
+					t.Fatalf("got %+v", got)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the first batch after the peer came back did not arrive")
+			}
+		})
 	}
 }
