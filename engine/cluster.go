@@ -94,15 +94,7 @@ func (n *Node) pull(s *shard) {
 	if err != nil {
 		return
 	}
-	var caughtUp bool
-	select {
-	case r := <-rs.ResultC():
-		caughtUp = r.Completed()
-		rs.Release()
-	case <-n.stopC:
-		return
-	}
-	if !caughtUp || n.draining.Load() {
+	if caughtUp, _ := n.completed(rs); !caughtUp || n.draining.Load() {
 		return
 	}
 	var ask sm.Batch
@@ -111,15 +103,7 @@ func (n *Node) pull(s *shard) {
 		n.log.Debug("hand-off request not proposed", "shard", s.id, "err", err)
 		return
 	}
-	var asked bool
-	select {
-	case r := <-rs.ResultC():
-		asked = r.Completed()
-		rs.Release()
-	case <-n.stopC:
-		return
-	}
-	if asked {
+	if asked, _ := n.completed(rs); asked {
 		n.log.Info("asked for leadership back", "shard", s.id)
 	}
 }

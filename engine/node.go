@@ -322,6 +322,19 @@ func (n *Node) closeStorage() {
 	n.dir.close()
 }
 
+// completed waits for rs, a request to dragonboat, to finish, and reports
+// whether it completed; stopped if the node stopped first (rs is then left
+// unreleased, to dragonboat's close).
+func (n *Node) completed(rs *dragonboat.RequestState) (ok, stopped bool) {
+	select {
+	case r := <-rs.ResultC():
+		rs.Release()
+		return r.Completed(), false
+	case <-n.stopC:
+		return false, true
+	}
+}
+
 // ClientAddr is the address this node serves clients on.
 func (n *Node) ClientAddr() string { return n.cfg.Peers[n.cfg.ID-1].ClientAddr }
 

@@ -57,12 +57,7 @@ func (n *Node) runReads(s *shard) {
 		confirmed := false
 		if serving {
 			if rs, err := n.nh.ReadIndex(s.id, readTimeout); err == nil {
-				select {
-				case r := <-rs.ResultC():
-					confirmed = r.Completed()
-					rs.Release()
-				case <-n.stopC:
-				}
+				confirmed, _ = n.completed(rs)
 			}
 		}
 		s.answerReads(batch, confirmed)

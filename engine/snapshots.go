@@ -100,14 +100,11 @@ func (n *Node) requestSnapshot(s *shard, since logSince) error {
 	if err != nil {
 		return err
 	}
-	defer rs.Release()
-	select {
-	case r := <-rs.ResultC():
-		if !r.Completed() {
-			return errors.New("not taken (another snapshot under way, or the shard is closing)")
-		}
-	case <-n.stopC:
+	switch ok, stopped := n.completed(rs); {
+	case stopped:
 		return nil
+	case !ok:
+		return errors.New("not taken (another snapshot under way, or the shard is closing)")
 	}
 	s.mu.Lock()
 	s.logged.bytes -= min(s.logged.bytes, since.bytes)

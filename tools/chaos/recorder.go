@@ -344,7 +344,11 @@ func (c *recConn) Close() error {
 }
 
 // abandonLocked makes every outstanding request of c unknown as of t: no
-// answer will ever pair with it. rec.mu is held.
+// answer will ever pair with it. rec.mu is held. Read and Close read t
+// before they take rec.mu, so a request another goroutine sent meanwhile
+// has its Call after t: it is unknown as of its Call. (With Return before
+// Call it counted as outstanding, a hang; the twelfth 12-minute run on
+// 2026-12-02 flagged one so, when a node's death cut a connection.)
 func (c *recConn) abandonLocked(t time.Duration) {
 	for _, f := range c.pending {
 		for {
@@ -352,7 +356,8 @@ func (c *recConn) abandonLocked(t time.Duration) {
 			if !ok {
 				break
 			}
-			c.rec.ops[i].Return = t
+			op := &c.rec.ops[i]
+			op.Return = max(t, op.Call)
 		}
 	}
 }

@@ -504,3 +504,40 @@ func TestRecorderFinishRacesASend(t *testing.T) {
 		_ = srv.Close()
 	}
 }
+
+// TestRecorderFailureRacesASend: a Read that failed, or a Close, reads the
+// clock before it takes the recorder's lock, so a request sent meanwhile
+// has its Call after the failure's time. It becomes unknown as of its
+// Call, not before it (which the hang check took for outstanding).
+func TestRecorderFailureRacesASend(t *testing.T) {
+	for _, fail := range []struct {
+		name string
+		do   func(c *recConn, at time.Duration)
+	}{
+		{"read error", func(c *recConn, at time.Duration) { c.received(nil, io.ErrClosedPipe, at) }},
+		{"close", func(c *recConn, at time.Duration) {
+			c.rec.mu.Lock()
+			c.abandonLocked(at) // what Close does, with the time it read first
+			c.dead = true
+			c.rec.mu.Unlock()
+		}},
+	} {
+		t.Run(fail.name, func(t *testing.T) {
+			rec, wc, srv := recPipe(t)
+			go func() { _, _ = io.Copy(io.Discard, srv) }()
+			failedAt := rec.Since()
+			if _, err := fmt.Fprintf(wc, "Q k\n"); err != nil {
+				t.Fatal(err)
+			}
+			fail.do(wc.(*recConn), failedAt)
+			rec.Finish()
+			h := rec.History()
+			if len(h) != 1 || h[0].Answered || h[0].Return < h[0].Call {
+				t.Fatalf("history %+v: want one unknown request with Return >= Call", h)
+			}
+			if got := checkHangs(h, time.Second); len(got) != 0 {
+				t.Fatalf("hangs: %v", got)
+			}
+		})
+	}
+}
