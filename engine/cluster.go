@@ -157,21 +157,18 @@ func (n *Node) runHandOffs() {
 				more = false
 			}
 		}
-		shards := make([]*shard, len(reqs))
-		for i, r := range reqs {
-			shards[i] = r.s
-		}
-		n.settle(ctx, shards)
+		shards := make([]*shard, 0, len(reqs))
 		byTarget := map[uint64][]*shard{}
 		for _, r := range reqs {
+			shards = append(shards, r.s)
 			byTarget[r.to] = append(byTarget[r.to], r.s)
 		}
-		retry := time.Duration(electionTicks+1) * n.cfg.RTT
+		n.settle(ctx, shards)
 		for to, group := range byTarget {
 			if !n.peerAlive(ctx, to) {
 				continue
 			}
-			if moved := n.handOver(ctx, group, to, retry); moved > 0 {
+			if moved := n.handOver(ctx, group, to, n.transferGiveUp()); moved > 0 {
 				n.log.Info("handed leadership over", "to", to, "shards", moved, "asked", true)
 			}
 		}
@@ -238,7 +235,7 @@ func (n *Node) transferLeadership(ctx context.Context) {
 // until this node leads none of them or within has passed (or ctx ends).
 // It returns how many moved.
 func (n *Node) handOver(ctx context.Context, shards []*shard, to uint64, within time.Duration) int {
-	retry := time.Duration(electionTicks+1) * n.cfg.RTT
+	retry := n.transferGiveUp()
 	now := time.Now()
 	until, asked := now.Add(within), time.Time{}
 	for left := shards; len(left) > 0 && now.Before(until) && ctx.Err() == nil; left = n.ledAmong(shards) {
@@ -252,6 +249,12 @@ func (n *Node) handOver(ctx context.Context, shards []*shard, to uint64, within 
 		now = time.Now()
 	}
 	return len(shards) - len(n.ledAmong(shards))
+}
+
+// transferGiveUp is how long after a transfer was asked for Raft has given
+// it up if it did not happen: electionTicks, and a tick to be sure.
+func (n *Node) transferGiveUp() time.Duration {
+	return time.Duration(electionTicks+1) * n.cfg.RTT
 }
 
 // settle waits (bounded by ctx and quietTimeout) until what the shards,

@@ -61,19 +61,19 @@ func (s *sender) write(buf []byte, kind byte, n int) error {
 
 // messageConn carries Raft message batches to one peer (raftio.IConnection).
 //
-// The peer never writes on it, so a read returns only when the peer is
-// gone (its process ended, and its kernel closed the socket) or the
-// connection is closed: a goroutine waits for that (use), and the next
-// batch goes on a new connection, dialled then (the peer may be back), or
-// fails at once if the peer cannot be reached. Before, the first batch after the peer died
-// was written into the void (the write succeeds; the peer's reset comes
-// back after it) and only the second failed, whenever dragonboat next had
+// The peer never writes on it, so a read returns only when the peer is gone
+// (its process ended, and its kernel closed the socket) or the connection is
+// closed: a goroutine waits for that (use), and the next batch goes on a new
+// connection, dialled then (the peer may be back), or fails at once if the
+// peer cannot be reached. Before, the first batch after the peer died was
+// written into the void (the write succeeds; the peer's reset comes back
+// after it) and only the second failed, whenever dragonboat next had
 // something for that peer on that connection: often after the peer had
 // restarted. Each such failure trips dragonboat's circuit breaker for the
-// peer, which then drops every message to it for half a second or more,
-// and dragonboat keeps several connections to a peer (one per shard
-// partition), each failing in its turn: a restarted node heard from no
-// leader for seconds, and kept campaigning instead of catching up.
+// peer, which then drops every message to it for half a second or more, and
+// dragonboat keeps several connections to a peer (one per shard partition),
+// each failing in its turn: a restarted node heard from no leader for
+// seconds, and kept campaigning instead of catching up.
 type messageConn struct {
 	sender
 	redial func() (net.Conn, error) // a new connection to the same peer
