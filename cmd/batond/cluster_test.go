@@ -148,7 +148,7 @@ func TestClusterPullBackUnderLoad(t *testing.T) {
 		}
 		longest = max(longest, r.longestUnavailable)
 	}
-	t.Logf("restarted node 1 leads again %v after its restart returned; %d cycles meanwhile, %d answers ERR unavailable, the longest run of them %v",
+	t.Logf("restarted node 1 leads again %v after its restart returned; %d cycles meanwhile, %d answers ERR unavailable, the longest run of them from node 2 %v",
 		back, atBack-before, unavailable.Load(), longest)
 	if n := served.Load() - atBack; n < 100 {
 		t.Fatalf("%d cycles once node 1 led again, want 100", n)
@@ -156,11 +156,13 @@ func TestClusterPullBackUnderLoad(t *testing.T) {
 	if !strings.Contains(nodes[1].Log(), `msg="handed leadership over" to=1`) {
 		t.Errorf("node 2 did not hand a shard over to node 1; its log:\n%s", nodes[1].Log())
 	}
-	// A key is answered ERR unavailable while its shard's leader is not
-	// known, a moment in a hand-off; a transfer that failed made it the
-	// 10 ticks (200 ms) Raft waits before giving a transfer up.
+	// Node 2 answers a key ERR unavailable while it knows no leader of the
+	// key's shard, a moment in a hand-off; a transfer that failed made it
+	// the 10 ticks (200 ms) Raft waits before giving a transfer up, with
+	// every proposal dropped. (Node 1's own moments, between its election
+	// and its fence's commit, are not counted: they are not the hand-off's.)
 	if longest >= 100*time.Millisecond {
-		t.Errorf("a key was answered only ERR unavailable for %v while node 1 took its shards back, want under 100ms", longest)
+		t.Errorf("node 2 answered a key only ERR unavailable for %v while node 1 took its shards back, want under 100ms", longest)
 	}
 }
 
@@ -173,15 +175,16 @@ type loadResult struct {
 
 // cycleFollowingMoved acquires and releases key, starting at addr and
 // following MOVED, until stop, counting the cycles done and the answers ERR
-// unavailable (retried at once), and returns the longest time it got
-// nothing else. The acquire names an owner, so that its retry gets back a
-// grant whose answer was lost. Answers other than OK, MOVED and ERR
-// unavailable are errors.
+// unavailable (retried at once), and returns the longest time addr, the
+// first node, answered nothing else. The acquire names an owner, so that
+// its retry gets back a grant whose answer was lost. Answers other than OK,
+// MOVED and ERR unavailable are errors.
 func cycleFollowingMoved(addr, key string, stop <-chan struct{}, served, unavailable *atomic.Int64) (time.Duration, error) {
+	first := addr
 	var nc net.Conn
 	var r *bufio.Reader
 	var longest time.Duration
-	var since time.Time // the first of the ERR unavailable answers in a row
+	var since time.Time // the first of first's ERR unavailable answers in a row
 	defer func() {
 		if nc != nil {
 			nc.Close()
@@ -204,7 +207,7 @@ func cycleFollowingMoved(addr, key string, stop <-chan struct{}, served, unavail
 			return nil, err
 		}
 		f := strings.Fields(got)
-		if len(f) > 3 && f[2] == "ERR" && f[3] == "unavailable" {
+		if len(f) > 3 && f[2] == "ERR" && f[3] == "unavailable" && addr == first {
 			if since.IsZero() {
 				since = time.Now()
 			}
