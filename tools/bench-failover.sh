@@ -20,15 +20,6 @@ RUNS=${RUNS:-5}
 SHARDS=${SHARDS:-1}
 IFS='|' read -r -a configs <<<"$CONFIGS"
 
-now_ms() { date +%s%3N; }
-
-# served prints how many shards nodes 2 and 3 lead and serve between them.
-served() {
-	for n in 2 3; do
-		curl -s --max-time 0.5 "http://127.0.0.1:179${n}2/status" || true
-	done | jq -s '[.[].shards[] | select(.role == "leader" and .serving) | .id] | unique | length' 2>/dev/null || echo 0
-}
-
 echo "3 nodes, $SHARDS shard(s), kill -9 of the leader, $RUNS rounds of: $CONFIGS"
 for run in $(seq "$RUNS"); do
 	for c in "${!configs[@]}"; do
@@ -41,7 +32,7 @@ for run in $(seq "$RUNS"); do
 		{ # the shell reports the killed node on stderr: not news here
 			kill -9 "${pids[0]}"
 			for _ in $(seq 3000); do
-				if [ "$(served)" = "$SHARDS" ]; then gap=$(($(now_ms) - killed)); break; fi
+				if [ "$(serving_shards 2 3)" = "$SHARDS" ]; then gap=$(($(now_ms) - killed)); break; fi
 				sleep 0.005
 			done
 			wait "${pids[0]}" || true

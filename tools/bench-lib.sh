@@ -86,6 +86,19 @@ start_cluster() {
 	wait_ready 127.0.0.1:17910 || { echo "cluster of $n did not settle:"; tail -5 "$work"/n*.log; exit 1; }
 }
 
+# serving_shards I...: how many shards nodes I... of the cluster lead and
+# serve between them, from their /status (a node that does not answer
+# serves none).
+serving_shards() {
+	local i
+	for i in "$@"; do
+		curl -s --max-time 0.5 "http://127.0.0.1:179${i}2/status" || true
+	done | jq -s '[.[].shards[] | select(.role == "leader" and .serving) | .id] | unique | length' 2>/dev/null || echo 0
+}
+
+# now_ms is the wall clock in milliseconds.
+now_ms() { date +%s%3N; }
+
 # start_node I FLAGS...: (re)starts node I of the cluster started last, in
 # its data dir, appending to its log; pids[I-1] is its process.
 start_node() {

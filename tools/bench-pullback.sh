@@ -22,14 +22,6 @@ SHARDS=${SHARDS:-4}
 IFS='|' read -r -a configs <<<"$CONFIGS"
 [ ${#configs[@]} -gt 0 ] || configs=("")
 
-now_ms() { date +%s%3N; }
-
-# node1_serves prints how many shards node 1 leads and serves.
-node1_serves() {
-	curl -s --max-time 0.5 http://127.0.0.1:17912/status |
-		jq '[.shards[] | select(.role == "leader" and .serving)] | length' 2>/dev/null || echo 0
-}
-
 echo "3 nodes, $SHARDS shard(s), node 1 restarted under load, $RUNS rounds of: ${CONFIGS:-(defaults)}"
 for run in $(seq "$RUNS"); do
 	for c in "${!configs[@]}"; do
@@ -50,7 +42,7 @@ for run in $(seq "$RUNS"); do
 		start_node 1 --shards "$SHARDS" $flags
 		back=""
 		for _ in $(seq 1000); do
-			if [ "$(node1_serves)" = "$SHARDS" ]; then back=$(($(now_ms) - started)); break; fi
+			if [ "$(serving_shards 1)" = "$SHARDS" ]; then back=$(($(now_ms) - started)); break; fi
 			sleep 0.005
 		done
 		wait "$bench" || true

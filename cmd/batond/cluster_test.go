@@ -207,7 +207,8 @@ func cycleFollowingMoved(addr, key string, stop <-chan struct{}, served, unavail
 			return nil, err
 		}
 		f := strings.Fields(got)
-		if len(f) > 3 && f[2] == "ERR" && f[3] == "unavailable" && addr == first {
+		isUnavailable := len(f) > 3 && f[2] == "ERR" && f[3] == "unavailable"
+		if isUnavailable && addr == first {
 			if since.IsZero() {
 				since = time.Now()
 			}
@@ -220,7 +221,7 @@ func cycleFollowingMoved(addr, key string, stop <-chan struct{}, served, unavail
 			addr = f[3]
 			nc.Close()
 			nc = nil
-		case len(f) > 3 && f[2] == "ERR" && f[3] == "unavailable":
+		case isUnavailable:
 			unavailable.Add(1)
 		case len(f) < 3 || f[2] != "OK":
 			return nil, fmt.Errorf("%s answered %q", line, got)
