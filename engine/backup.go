@@ -84,7 +84,7 @@ func restoreTable(cfg *Config, dir string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Logger.Info("lock table restored", "from", cfg.Restore, "shards", info.Shards, "locks", info.Locks)
+	cfg.Logger.Info("lock table restored", "from", cfg.Restore, "shards", info.Shards, "locks", info.Locks, "epoch", info.RestoreEpoch)
 	return nil
 }
 

@@ -97,13 +97,7 @@ func (n *Node) pull(s *shard) {
 	if caughtUp, _ := n.completed(rs); !caughtUp || n.draining.Load() {
 		return
 	}
-	var ask sm.Batch
-	rs, err = n.nh.Propose(n.sessions[s.id-1], ask.Seal(sm.Header{Proposer: n.cfg.ID, HandOff: true}), catchUpTimeout)
-	if err != nil {
-		n.log.Debug("hand-off request not proposed", "shard", s.id, "err", err)
-		return
-	}
-	if asked, _ := n.completed(rs); asked {
+	if n.propose(s, sm.Header{Proposer: n.cfg.ID, HandOff: true}, "hand-off request") {
 		n.log.Info("asked for leadership back", "shard", s.id)
 	}
 }

@@ -159,6 +159,7 @@ func (s *shard) reset(t sm.Table) {
 	t.Each(func(slot uint32) { s.setDeadline(slot, t.LeaseMs(slot), now) })
 	held := t.Len()
 	s.stats.held.Store(int64(held))
+	s.stats.clusterVersion.Store(t.ClusterVersion())
 	// Once per shard at start, and once per snapshot recovery: rare.
 	s.node.log.Info("shard table loaded", "shard", s.id, "locks", held)
 	for _, ks := range s.keys {

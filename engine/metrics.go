@@ -68,6 +68,9 @@ type shardStats struct {
 	applied  atomic.Uint64 // Raft index of the last entry applied
 	held     atomic.Int64  // locks of the applied table
 	waiters  atomic.Int64  // acquires listed on this node's connections, unanswered
+	// clusterVersion is the applied table's cluster version
+	// (statemachine.Table.ClusterVersion).
+	clusterVersion atomic.Uint64
 }
 
 // Ops in series labels; opIndex maps an op letter to its place.
@@ -197,6 +200,7 @@ func (n *Node) registerGauges() {
 		set.NewGauge(`baton_shard_applied_index`+label, func() float64 { return float64(st.applied.Load()) })
 		set.NewGauge(`baton_shard_held_locks`+label, func() float64 { return float64(st.held.Load()) })
 		set.NewGauge(`baton_shard_waiters`+label, func() float64 { return float64(st.waiters.Load()) })
+		set.NewGauge(`baton_shard_cluster_version`+label, func() float64 { return float64(st.clusterVersion.Load()) })
 	}
 }
 

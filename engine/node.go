@@ -106,6 +106,7 @@ type Node struct {
 	handshakeFailures logLimit // TLS handshakes that failed
 
 	draining atomic.Bool         // stopping: hand leadership off, never pull it
+	failed   chan error          // why the node cannot go on (fail), buffered for the first
 	handOffs chan handOffRequest // applied hand-off requests for runHandOffs: a slot per shard (cluster.go)
 	stopOnce sync.Once
 	stopC    chan struct{}
@@ -158,7 +159,7 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{}), started: time.Now(),
+	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{}), failed: make(chan error, 1), started: time.Now(),
 		secretHash: hashSecret(cfg.AuthSecret)}
 	n.tracing = n.log.Enabled(context.Background(), slog.LevelDebug)
 	n.adm = newAdmission(cfg.Limits, n.log)
@@ -178,6 +179,11 @@ func (n *Node) start() error {
 
 	if n.db, err = sm.OpenDB(filepath.Join(n.cfg.DataDir, tableDir)); err != nil {
 		return fmt.Errorf("open lock table: %w", err)
+	}
+	// Before any replica starts: a build too old for the data dir must
+	// not apply a single entry of it.
+	if _, err := sm.StoredClusterVersion(n.db); err != nil {
+		return fmt.Errorf("data dir %s: %w", n.cfg.DataDir, err)
 	}
 	for id := 1; id <= n.cfg.Shards; id++ {
 		n.shards = append(n.shards, newShard(n, uint64(id)))
@@ -247,7 +253,8 @@ func (n *Node) start() error {
 		go func() { defer n.loops.Done(); n.runPriority() }()
 		go func() { defer n.loops.Done(); n.runHandOffs() }()
 	}
-	n.loops.Add(2)
+	n.loops.Add(3)
+	go func() { defer n.loops.Done(); n.runVersion() }()
 	go func() { defer n.loops.Done(); n.adm.hits.run(n.stopC) }()
 	go func() { defer n.loops.Done(); n.adm.unsent.runSweeper(n.stopC) }()
 	n.server = newServer(n)
@@ -300,6 +307,22 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.closeStorage()
 	})
 	return err
+}
+
+// Failed delivers, once, why the node cannot go on serving: the cluster
+// raised its version above this build's (statemachine.FeatureLevel). The
+// node keeps running until it is stopped; the caller should Stop it and
+// exit with the reason.
+func (n *Node) Failed() <-chan error { return n.failed }
+
+// fail reports err on Failed, unless a reason was reported already. It
+// never blocks (it runs on the apply goroutine).
+func (n *Node) fail(err error) {
+	select {
+	case n.failed <- err:
+		n.log.Error("cannot go on", "err", err)
+	default:
+	}
 }
 
 // closeStorage stops everything below the client listener, in dependency

@@ -30,6 +30,11 @@ func (s *shard) applyEntry(h sm.Header, cmds []sm.Command, results []sm.Result) 
 		s.handOffAsked(h.Proposer)
 		return
 	}
+	if h.Report || h.Raise {
+		// Replica ids too, and no commands.
+		s.levelApplied(h)
+		return
+	}
 	var p *proposal
 	if h.Proposer == s.node.proposerID {
 		p = s.match(h.Seq)

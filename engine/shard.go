@@ -100,9 +100,15 @@ type shard struct {
 	// stopServing answers them MOVED once the new leader is known.
 	handingOff bool
 
-	lastPull time.Time     // last time this node asked for the shard's leadership
-	reads    []pendingRead // queries waiting for a ReadIndex (clusters only)
-	readKick chan struct{} // wakes the reader
+	lastPull time.Time // last time this node asked for the shard's leadership
+	// The cluster version (version.go): the levels the shard's members
+	// reported, by replica id, as their reports applied; the term in which
+	// this node's own report last applied; when it last sent one.
+	levels       map[uint64]uint64
+	reportedTerm uint64
+	lastReport   time.Time
+	reads        []pendingRead // queries waiting for a ReadIndex (clusters only)
+	readKick     chan struct{} // wakes the reader
 
 	// Bounds of the shard's queues, from the node's Limits (fields, so
 	// that tests can lower them): past them, requests that would add to
@@ -128,6 +134,7 @@ func newShard(n *Node, id uint64) *shard {
 		id:        id,
 		node:      n,
 		keys:      make(map[string]*keyState),
+		levels:    make(map[uint64]uint64),
 		kick:      make(chan struct{}, 1),
 		timerKick: make(chan struct{}, 1),
 		snapKick:  make(chan struct{}, 1),

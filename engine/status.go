@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	sm "github.com/baton-dev/baton/statemachine"
 	"github.com/baton-dev/baton/status"
 )
 
@@ -32,6 +33,7 @@ func (n *Node) status() status.Node {
 	b := buildInfo()
 	doc := status.Node{
 		ID: n.cfg.ID, Version: b.version, Revision: b.revision, Modified: b.modified, GoVersion: runtime.Version(),
+		FeatureLevel: sm.FeatureLevel, ClusterVersion: n.clusterVersion(),
 		StartedAt: n.started, UptimeSeconds: time.Since(n.started).Seconds(),
 		ClientAddr: me.ClientAddr, RaftAddr: me.RaftAddr,
 		Problems: n.problems(),

@@ -19,7 +19,15 @@
 // every grant of a key gets a larger token than all earlier grants of that
 // key. Because the low ShardBits bits are the shard id, two shards can never
 // issue the same token, and no token is 0 (which Release uses for "any
-// holder"). seq would need 2^54 grants in one shard to overflow.
+// holder").
+//
+// seq's top EpochBits bits are its restore epoch (so are a token's top
+// bits): 0 in a cluster bootstrapped fresh, and one more after each restore
+// from a backup, which starts every shard at the first seq of the epoch
+// above the backup's (RestoreBackup; "Restore epochs" in backup.go). So the
+// tokens of a restored cluster are above every token the backed-up one
+// issued, even after the backup. Within an epoch seq counts 2^46 grants
+// per shard.
 //
 // # Owners
 //
@@ -60,12 +68,11 @@
 //
 //	header (21 bytes, fixed so that Seal can patch it in place):
 //	  version  u8   (1, or 2 if a command is an owned Grant, 3: a fence,
-//	                4: a hand-off request)
-//	  proposer u64  (not 0 in a fence; a Raft replica id in a hand-off
-//	                request)
-//	  seq      u64
-//	  count    u32  number of commands that follow (0 in a fence and in
-//	                a hand-off request)
+//	                4: a hand-off request, 5: a level report, 6: a raise)
+//	  proposer u64  (not 0 in a fence; a Raft replica id in versions 4
+//	                to 6)
+//	  seq      u64  (the level, not 0, in versions 5 and 6)
+//	  count    u32  number of commands that follow (0 in versions 3 to 6)
 //	count times:
 //	  op       u8   wire op: OpGrant..OpExpire, or 5 (owned Grant,
 //	                version 2 only)
@@ -110,12 +117,37 @@
 // as the leader, tells it from an entry without commands; a replica of a
 // release before it skips it as undecodable and stays in step.
 //
+// Versions 5 and 6 are a level report and a raise of the cluster version
+// (see "Cluster version"): the header alone, with count 0, the replica id
+// that reports or raises as the proposer and the level in the seq field;
+// they decode to a Header with Report or Raise set and Level the level
+// (Seq 0). A report changes nothing in the table; a raise only its
+// cluster version. A replica of level 1 skips both and stays in step.
+//
+// # Cluster version
+//
+// Every build has a FeatureLevel: the newest formats of the log, the
+// snapshots, the Raft transport and the data dir it knows. Each shard's
+// table has a cluster version, 1 until a raise applies and then the
+// highest level raised to, never lowered; it is replicated (a raise is a
+// log entry) and kept in the meta and the snapshot stream from 2 on.
+// Whatever a build of an older level could not read, or would apply
+// differently, is written only once the shard's version allows it: so a
+// cluster is upgraded one node at a time, each node running a mix of old
+// and new builds until the last voter is upgraded and the version raised.
+// The engine decides when to raise (a node reports its level in every
+// shard; the leader raises once every voter has reported); this package
+// only applies the raise, and refuses to open a data dir or a snapshot of
+// a version above its FeatureLevel (ErrTooOld, StoredClusterVersion).
+// FeatureLevel's doc lists what each level brings.
+//
 // # Pebble layout
 //
 // All shards of a node share one pebble DB (see OpenDB):
 //
 //	't' shard(u32 BE) key  ->  token u64 LE, lease_ms u32 LE, owner       the lock table
 //	'm' shard(u32 BE)      ->  applied u64 LE, seq u64 LE, fence u64 LE  the shard's meta
+//	                           [, cluster version u64 LE]
 //
 // A row's owner is the rest of its value, 0..MaxOwnerLen bytes (none: the
 // value is 12 bytes). That is also the row of a table written before owners
@@ -129,6 +161,12 @@
 // fence 0, so a data dir from before the fence opens as it is. A meta of
 // any other length is an error. A binary from before the fence refuses a
 // 24-byte meta ("meta is 24 bytes, want 16") and does not open the shard.
+//
+// From cluster version 2 on, the meta has the version after the fence (32
+// bytes); a table of version 1 keeps the 24 bytes, so that a build of
+// level 1 opens the data dir until its shards are raised. A build of
+// level 1 refuses a 32-byte meta ("meta is 32 bytes, want 24"), and a
+// later build one of a version above its own (ErrTooOld).
 //
 // The big-endian shard id keeps each shard's table one contiguous key range,
 // so a shard can be scanned or dropped (DeleteRange) on its own.
@@ -152,12 +190,13 @@
 //
 // # Snapshot stream
 //
-//	header:  magic "btsn", version u8 (3 if the table has a fence, else
-//	         2 if a lock has an owner, else 1), shard u32 LE,
-//	         applied u64 LE, seq u64 LE, then in version 3 only:
-//	         fence u64 LE (not 0)
+//	header:  magic "btsn", version u8 (4 if the table's cluster version
+//	         is 2 or more, else 3 if it has a fence, else 2 if a lock has
+//	         an owner, else 1), shard u32 LE, applied u64 LE, seq u64 LE,
+//	         then in version 3: fence u64 LE (not 0), in version 4:
+//	         fence u64 LE (0: none), cluster version u64 LE (2 or more)
 //	records: keylen uvarint (1..MaxKeyLen), key, token uvarint,
-//	         lease_ms uvarint, then in versions 2 and 3: ownerlen uvarint
+//	         lease_ms uvarint, then from version 2 on: ownerlen uvarint
 //	         (0..MaxOwnerLen, 0: no owner), owner; in key order
 //	trailer: 0x00 (a keylen no record has), record count u64 LE,
 //	         CRC-32C u32 LE of every byte before it
@@ -179,6 +218,12 @@
 // or 2. RecoverFromSnapshot takes the stream's fence (0 for versions 1 and
 // 2) as the table's and writes it to the meta.
 //
+// Version 4 is the stream of a table whose cluster version is 2 or more,
+// with or without a fence or owners; a table of version 1 is streamed as
+// before (1, 2 or 3), so that a node of level 1 can recover from it. A
+// version 4 stream of version 1 or less is rejected (one encoding per
+// table), and one of a version above FeatureLevel is refused (ErrTooOld).
+//
 // Mixing releases across the fence is not supported: a node of the
 // release before it rejects version 3 entries (it skips them, so it would
 // apply the batches a fence keeps out, and its table would part from the
@@ -199,8 +244,8 @@
 // backup with one part per shard, each part the shard's snapshot stream
 // above, of the in-memory table as Lookup(BackupQuery{}) copied it.
 // RestoreBackup writes such a file into the lock table of a new node, as
-// the tables of a new cluster: applied index 0, the backup's seq, fence 0
-// (see RestoreBackup).
+// the tables of a new cluster: applied index 0, the first seq of the next
+// restore epoch, fence 0, cluster version 1 (see RestoreBackup).
 //
 // # Memory and concurrency
 //
@@ -322,6 +367,15 @@ type Result struct {
 // it. It changes nothing in the table. It has no commands, its Proposer is
 // not 0, and it is not a fence (Seal panics otherwise).
 //
+// Report marks a level report: an entry without commands by which the node
+// whose Raft replica id is Proposer says that its build supports cluster
+// versions up to Level (its FeatureLevel). Raise marks a raise: the
+// shard's cluster version becomes Level, if it was lower (a version is
+// never lowered). Proposer is the replica id of the leader that raises.
+// Neither changes a lock; both have no commands, a Proposer and a Level
+// that are not 0, and are neither a fence nor a hand-off request (Seal
+// panics otherwise). See "Cluster version" in the package doc.
+//
 // Size is not encoded: Update sets it to the entry's size in the Raft log
 // (its command's bytes) before it tells the observer, which may bound the
 // log by bytes with it.
@@ -330,7 +384,22 @@ type Header struct {
 	Seq      uint64
 	Fence    bool
 	HandOff  bool
+	Report   bool
+	Raise    bool
+	Level    uint64 // Report, Raise: the level (encoded in the seq field; Seq is 0)
 	Size     int
+}
+
+// kinds counts the entry kinds h is marked with; a batch of commands is
+// none of them, and every other entry exactly one.
+func (h Header) kinds() int {
+	n := 0
+	for _, k := range [...]bool{h.Fence, h.HandOff, h.Report, h.Raise} {
+		if k {
+			n++
+		}
+	}
+	return n
 }
 
 // Lock is one held lock as the table stores it.

@@ -55,6 +55,10 @@ type table struct {
 	// first (a fence's proposer is never 0): from a fence on, only that
 	// proposer's batches apply (see applyBatch).
 	fence uint64
+	// level is the shard's cluster version: levelNone until a raise
+	// applies (see FeatureLevel). From 2 on, the meta and the snapshot
+	// stream carry it.
+	level uint64
 
 	index keyIndex
 	keys  keyArena
@@ -85,6 +89,7 @@ func newTable(shard uint64, seq uint64, sizeHint int) *table {
 	return &table{
 		shard: shard,
 		seq:   seq,
+		level: levelNone,
 		keys:  newKeyArena(),
 		rows:  make([]row, 0, sizeHint),
 	}
@@ -98,7 +103,10 @@ func newTable(shard uint64, seq uint64, sizeHint int) *table {
 //   - A fence (no commands: DecodeBatch guarantees it) makes its proposer
 //     the table's fence.
 //   - A hand-off request (no commands either) changes nothing: it is for
-//     the engine of the shard's leader.
+//     the engine of the shard's leader. So does a level report.
+//   - A raise sets the table's cluster version to its level, if that is
+//     higher: even above this build's FeatureLevel, so that every replica's
+//     table stays alike; the engine then stops a node that is too old.
 //   - Once the table has a fence, a batch of any other proposer is answered
 //     Fenced, every command of it, and changes nothing: no row, no token
 //     counter, no changed set.
@@ -108,7 +116,11 @@ func (t *table) applyBatch(h Header, cmds []Command, results []Result) []Result 
 	switch {
 	case h.Fence:
 		t.fence = h.Proposer
-	case h.HandOff:
+	case h.HandOff, h.Report:
+	case h.Raise:
+		// Never lowered: a raise proposed by a leader that had not applied
+		// a later one yet changes nothing.
+		t.level = max(t.level, h.Level)
 	case t.fence != 0 && h.Proposer != t.fence:
 		for range cmds {
 			results = append(results, Result{Code: Fenced})

@@ -33,6 +33,55 @@ import (
 // checkpointKeys) but has to agree with checkpoints and snapshot
 // recoveries that write pebble outside the lock: not worth it for a copy
 // that costs this little.
+//
+// Restore epochs: a restore must not issue again a token that the
+// backed-up cluster issued after the backup, or that a lost majority
+// committed and the node backed up never applied: a resource that saw
+// such a token would refuse the new holder (for a lower token) or take
+// two holders at once (for the same one). Nothing in the backup says how
+// far the old cluster went on after it, and a jump of the counter by a
+// time-based guess would rest on a bound on the grant rate that nobody can
+// prove and on clocks that may disagree. So the counter's top EpochBits
+// bits count restores instead: a cluster bootstrapped fresh is in epoch 0,
+// and a restore starts every shard at the first seq of the epoch after
+// the highest in the backup. The old cluster, whose shards are all in that
+// highest epoch or below, cannot reach the new one without 2^46 grants in
+// one shard since its epoch began: its every token stays below every
+// token of the restored cluster, however long it ran after the backup.
+// One epoch for all the shards, rather than one each, keeps the rule
+// "tokens after the n-th restore of a lineage start at n<<56" true of the
+// whole cluster.
+
+// EpochBits is the width of a token's restore epoch: its top bits, the top
+// bits of the shard's counter seq, which count the restores in the lineage
+// of the cluster that issued it (0: a cluster bootstrapped fresh). A
+// restore starts the epoch above the backup's highest (RestoreBackup).
+const EpochBits = 8
+
+// MaxEpoch is the last restore epoch: a backup of a cluster in it cannot
+// be restored, as the next epoch's tokens would not fit in 64 bits.
+const MaxEpoch = 1<<EpochBits - 1
+
+// epochShift is where a seq's epoch starts: seq has 64-ShardBits bits,
+// the low 46 of which count the grants within the epoch.
+const epochShift = 64 - ShardBits - EpochBits
+
+// TokenEpoch is the restore epoch of a token: its top EpochBits bits.
+func TokenEpoch(token uint64) uint8 {
+	return uint8(token >> (64 - EpochBits))
+}
+
+// seqEpoch is the restore epoch of a shard's counter (the epoch of the
+// tokens it issues next). A counter above 54 bits (no valid table has
+// one) is an epoch above MaxEpoch, which no restore goes beyond.
+func seqEpoch(seq uint64) uint64 {
+	return seq >> epochShift
+}
+
+// ErrEpochsExhausted is the error of a backup whose cluster is in the last
+// restore epoch, MaxEpoch: a restore could not issue tokens above the ones
+// that cluster can issue.
+var ErrEpochsExhausted = errors.New("statemachine: no restore epoch left")
 
 // BackupQuery is the Lookup query that captures the shard's table for a
 // backup: Lookup answers a *ShardBackup.
@@ -182,7 +231,9 @@ func writeBackup(w io.Writer, shards int, capture func(shard uint64) (*ShardBack
 			return err
 		}
 		info.Locks += len(b.locks)
+		info.Epoch = max(info.Epoch, int(seqEpoch(b.meta.seq)))
 	}
+	info.RestoreEpoch = info.Epoch + 1
 	if bw == nil {
 		return fmt.Errorf("statemachine: a backup of %d shards", shards)
 	}
@@ -194,12 +245,20 @@ type BackupInfo struct {
 	Shards int   // shards, one part each
 	Locks  int   // locks held, over all shards
 	Bytes  int64 // the file's size (WriteBackup only)
+	// Epoch is the highest restore epoch of the backup's shards: the
+	// number of restores in the lineage of the cluster backed up.
+	Epoch int
+	// RestoreEpoch is the epoch a restore from the backup starts (or
+	// started, from RestoreBackup): Epoch+1. Every token the restored
+	// cluster issues is at least RestoreEpoch<<56.
+	RestoreEpoch int
 }
 
 // CheckBackup reads the backup file r whole and checks it as RestoreBackup
-// does (its framing and checksums, and every shard's table), writing
-// nothing. A bad file is an error that matches backup.ErrBad or
-// ErrBadSnapshot.
+// does (its framing and checksums, every shard's table, and a restore
+// epoch left), writing nothing. A bad file is an error that matches
+// backup.ErrBad or ErrBadSnapshot; a good one of a cluster in epoch
+// MaxEpoch is ErrEpochsExhausted.
 func CheckBackup(r io.Reader) (BackupInfo, error) {
 	return readBackup(r, nil, func(*onDisk, *table) error { return nil })
 }
@@ -207,13 +266,18 @@ func CheckBackup(r io.Reader) (BackupInfo, error) {
 // RestoreBackup writes the tables of the backup file r into db, the lock
 // table of a node that has none yet: a new cluster, whose every node is
 // restored from the same file before dragonboat starts. Each shard's meta
-// gets applied index 0 (the new Raft log is empty), the backup's seq, so
-// that tokens go on above every token of the backup, and fence 0 (no
-// proposer of the new cluster has fenced yet). A db in which a shard has a
-// table already is refused. The rows are written shard by shard, each
-// shard checked first, and every meta at the end in one synced batch: until
-// then Open finds no table (rows without a meta are dropped), so a restore
-// cut short leaves no shard restored.
+// gets applied index 0 (the new Raft log is empty), seq RestoreEpoch<<46,
+// the first of the epoch above the backup's, so that tokens go on above
+// every token the backed-up cluster issued, before the backup or after it
+// (see "Restore epochs" above), and fence 0 (no proposer of the new
+// cluster has fenced yet). The held locks keep their tokens, all in the
+// backup's epoch or below. A db in which a shard has a table already is
+// refused, and so is a backup of a cluster in epoch MaxEpoch
+// (ErrEpochsExhausted). The rows are written shard by shard, each shard
+// checked first, and every meta at the end in one synced batch: until then
+// Open finds no table (rows without a meta are dropped), so a restore cut
+// short leaves no shard restored; a restore refused midway deletes the
+// rows it wrote too.
 func RestoreBackup(db *pebble.DB, r io.Reader) (BackupInfo, error) {
 	if shard, found, err := anyMeta(db); err != nil {
 		return BackupInfo{}, err
@@ -221,8 +285,8 @@ func RestoreBackup(db *pebble.DB, r io.Reader) (BackupInfo, error) {
 		return BackupInfo{}, fmt.Errorf("statemachine: the lock table already has shard %d; restore only into a new one", shard)
 	}
 	var restored []*onDisk
-	var metas []meta
 	info, err := readBackup(r, db, func(s *onDisk, t *table) error {
+		restored = append(restored, s)
 		b, err := s.writeRows(t, nil)
 		if err != nil {
 			return err
@@ -231,21 +295,33 @@ func RestoreBackup(db *pebble.DB, r io.Reader) (BackupInfo, error) {
 		if err := b.Commit(pebble.NoSync); err != nil {
 			return fmt.Errorf("statemachine: shard %d: restore rows: %w", s.shard, err)
 		}
-		restored, metas = append(restored, s), append(metas, meta{seq: t.seq})
 		return nil
 	})
 	if err != nil {
+		dropRows(db, restored)
 		return BackupInfo{}, err
 	}
 	b := db.NewBatch()
 	defer b.Close()
-	for i, s := range restored {
-		s.putMeta(b, metas[i])
+	for _, s := range restored {
+		s.putMeta(b, meta{seq: uint64(info.RestoreEpoch) << epochShift})
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return BackupInfo{}, fmt.Errorf("statemachine: restore metas: %w", err)
 	}
 	return info, nil
+}
+
+// dropRows deletes the rows a failed restore wrote. Open would drop them
+// (they have no meta), but a refused restore should leave no trace in the
+// lock table. Best effort: the restore's own error is the one to report.
+func dropRows(db *pebble.DB, shards []*onDisk) {
+	b := db.NewBatch()
+	defer b.Close()
+	for _, s := range shards {
+		_ = b.DeleteRange(s.tableLo[:], s.tableHi[:], nil)
+	}
+	_ = b.Commit(pebble.NoSync)
 }
 
 // anyMeta finds a shard with a meta in db, that is with a table.
@@ -277,6 +353,7 @@ func readBackup(r io.Reader, db *pebble.DB, fn func(*onDisk, *table) error) (Bac
 	for {
 		p, err := br.Next()
 		if errors.Is(err, io.EOF) {
+			info.RestoreEpoch = info.Epoch + 1
 			return info, nil
 		}
 		if err != nil {
@@ -300,6 +377,13 @@ func readBackup(r io.Reader, db *pebble.DB, fn func(*onDisk, *table) error) (Bac
 		if uint64(t.len()) != p.Locks {
 			return BackupInfo{}, s.badSnapshot("%d locks in the table, %d in the backup's frame", t.len(), p.Locks)
 		}
+		// Refused before the shard is written: the shards after it
+		// cannot lower the epoch a restore would need.
+		if e := seqEpoch(t.seq); e >= MaxEpoch {
+			return BackupInfo{}, fmt.Errorf("%w: shard %d's tokens are in restore epoch %d (the last is %d), and a restore must start an epoch above the backup's so that its tokens are above every token the backed-up cluster can issue",
+				ErrEpochsExhausted, p.Shard, e, MaxEpoch)
+		}
+		info.Epoch = max(info.Epoch, int(seqEpoch(t.seq)))
 		if err := fn(s, t); err != nil {
 			return BackupInfo{}, err
 		}

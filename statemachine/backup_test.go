@@ -85,20 +85,21 @@ func TestBackupRoundTrip(t *testing.T) {
 		}
 	}
 
-	if info, err := CheckBackup(bytes.NewReader(data)); err != nil || info.Shards != 3 || info.Locks != 3001 {
-		t.Fatalf("CheckBackup: %+v, %v", info, err)
+	want := BackupInfo{Shards: 3, Locks: 3001, Epoch: 0, RestoreEpoch: 1}
+	if info, err := CheckBackup(bytes.NewReader(data)); err != nil || info != want {
+		t.Fatalf("CheckBackup: %+v, %v; want %+v", info, err, want)
 	}
 	db := newTestDB(t)
 	info, err := RestoreBackup(db, bytes.NewReader(data))
-	if err != nil || info.Shards != 3 || info.Locks != 3001 {
-		t.Fatalf("RestoreBackup: %+v, %v", info, err)
+	if err != nil || info != want {
+		t.Fatalf("RestoreBackup: %+v, %v; want %+v", info, err, want)
 	}
 	for i, s := range src {
 		id := uint64(i + 1)
 		obs := newRecorder()
 		dst, applied := openSM(t, db, obs, id)
-		if applied != 0 || dst.t.seq != s.t.seq || dst.t.fence != 0 {
-			t.Fatalf("shard %d: opened at %d with seq %d, fence %d; want 0, %d, 0", id, applied, dst.t.seq, dst.t.fence, s.t.seq)
+		if applied != 0 || dst.t.seq != 1<<epochShift || dst.t.fence != 0 {
+			t.Fatalf("shard %d: opened at %d with seq %d, fence %d; want 0, %d (epoch 1), 0", id, applied, dst.t.seq, dst.t.fence, uint64(1)<<epochShift)
 		}
 		if !reflect.DeepEqual(locks(dst), locks(s)) {
 			t.Fatalf("shard %d: restored table differs", id)
@@ -106,11 +107,12 @@ func TestBackupRoundTrip(t *testing.T) {
 		if got := obs.lastReset(id); len(got) != len(locks(s)) {
 			t.Fatalf("shard %d: Reset told %d locks", id, len(got))
 		}
-		// Tokens go on above every token of the backup, released ones
-		// included (shard 2's "b").
+		// Tokens go on in the next restore epoch, above every token of
+		// the backup (released ones included: shard 2's "b") and every
+		// token the backed-up shards can issue after it.
 		update(t, dst, entry(1, grant("next", 1)))
-		if tok := locks(dst)["next"].token; tok != (s.t.seq+1)<<ShardBits|id {
-			t.Fatalf("shard %d: next token %d, seq was %d", id, tok, s.t.seq)
+		if tok := locks(dst)["next"].token; tok != (1<<epochShift+1)<<ShardBits|id || TokenEpoch(tok) != 1 {
+			t.Fatalf("shard %d: next token %d (epoch %d), seq was %d", id, tok, TokenEpoch(tok), s.t.seq)
 		}
 	}
 	// An owner's retry finds its grant, and the restored table takes new
@@ -145,8 +147,8 @@ func TestBackupIsPointInTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst, _ := openSM(t, db, nil, 1)
-	if got := locks(dst); !reflect.DeepEqual(got, want) || dst.t.seq != 2 {
-		t.Fatalf("restored %v with seq %d; want %v with seq 2", got, dst.t.seq, want)
+	if got := locks(dst); !reflect.DeepEqual(got, want) || dst.t.seq != 1<<epochShift {
+		t.Fatalf("restored %v with seq %d; want %v with seq 1<<%d", got, dst.t.seq, want, epochShift)
 	}
 	if captured.shard != 1 || len(captured.locks) != 2 {
 		t.Fatalf("captured shard %d, %d locks", captured.shard, len(captured.locks))
@@ -195,6 +197,188 @@ func TestBackupDuringUpdates(t *testing.T) {
 	case err := <-errc:
 		t.Fatal(err)
 	default:
+	}
+}
+
+// TestRestoreTokenEpoch: a token's epoch is its seq's, its top EpochBits bits.
+func TestRestoreTokenEpoch(t *testing.T) {
+	if epochShift != 46 || MaxEpoch != 255 {
+		t.Fatalf("epochShift %d, MaxEpoch %d: the docs say 46 and 255", epochShift, MaxEpoch)
+	}
+	for _, tc := range []struct {
+		seq, shard uint64
+		epoch      uint8
+	}{
+		{1, 1, 0},
+		{1<<epochShift - 1, MaxShards, 0},
+		{1 << epochShift, 1, 1},
+		{1<<epochShift + 1, 7, 1},
+		{3<<epochShift + 12345, 2, 3},
+		{MaxEpoch << epochShift, 1, MaxEpoch},
+		{1<<(64-ShardBits) - 1, MaxShards, MaxEpoch},
+	} {
+		tok := tc.seq<<ShardBits | tc.shard
+		if got := TokenEpoch(tok); got != tc.epoch || uint64(got) != seqEpoch(tc.seq) {
+			t.Errorf("seq %#x: token %#x is of epoch %d (seq's %d), want %d", tc.seq, tok, got, seqEpoch(tc.seq), tc.epoch)
+		}
+	}
+}
+
+// TestRestoreEpoch: a restore starts every shard at the first seq of the
+// epoch above the highest of the backup's shards, whatever their epochs;
+// the held locks keep their tokens; a backup of a cluster in the last
+// epoch is refused by CheckBackup and RestoreBackup, and a refused restore
+// leaves the lock table empty, rows of the shards before the refused one
+// included.
+func TestRestoreEpoch(t *testing.T) {
+	// held is a lock of shard at seq: its token is the seq's own.
+	held := func(key string, shard, seq uint64) []Lock {
+		return []Lock{{Key: []byte(key), Token: seq<<ShardBits | shard, LeaseMs: 1000}}
+	}
+	// shards frames one part per seq, shard i+1's holding a lock issued at
+	// seq, or none at seq 0 or at a seq no token can have.
+	shards := func(seqs ...uint64) []byte {
+		var parts []part
+		for i, seq := range seqs {
+			id := uint64(i + 1)
+			var l []Lock
+			if seq > 0 && seq < 1<<(64-ShardBits) {
+				l = held(fmt.Sprintf("k%d", id), id, seq)
+			}
+			parts = append(parts, part{uint64(len(l)), encodeSnapshot(snapVersionNoOwners, id, 9, seq, l)})
+		}
+		return buildBackup(t, parts...)
+	}
+	for _, tc := range []struct {
+		name   string
+		seqs   []uint64
+		epoch  int // the backup's; the restore starts epoch+1
+		refuse bool
+	}{
+		{"fresh cluster", []uint64{5, 0, 3}, 0, false},
+		{"nothing ever granted", []uint64{0, 0}, 0, false},
+		{"the last seq of epoch 0", []uint64{1<<epochShift - 1}, 0, false},
+		{"restored once, some shards idle since", []uint64{1 << epochShift, 1<<epochShift + 40}, 1, false},
+		{"shards in different epochs", []uint64{5, 3<<epochShift + 7, 1 << epochShift}, 3, false},
+		{"the highest epoch last", []uint64{2 << epochShift, 9, 6<<epochShift + 1}, 6, false},
+		{"epoch 254: the last restore", []uint64{3, 255<<epochShift - 1}, 254, false},
+		{"epoch 255", []uint64{MaxEpoch << epochShift}, 0, true},
+		{"epoch 255 after a good shard", []uint64{17, MaxEpoch<<epochShift + 5, 2}, 0, true},
+		{"a seq beyond 54 bits", []uint64{4, 1 << 60}, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := shards(tc.seqs...)
+			db := newTestDB(t)
+			cinfo, cerr := CheckBackup(bytes.NewReader(data))
+			info, err := RestoreBackup(db, bytes.NewReader(data))
+			if tc.refuse {
+				for what, err := range map[string]error{"CheckBackup": cerr, "RestoreBackup": err} {
+					if !errors.Is(err, ErrEpochsExhausted) || isBadBackup(err) || !strings.Contains(err.Error(), "restore epoch") {
+						t.Fatalf("%s: %v, want ErrEpochsExhausted", what, err)
+					}
+				}
+				if rows := scan(t, db, nil, nil); len(rows) != 0 {
+					t.Fatalf("a refused restore left %d rows", len(rows))
+				}
+				return
+			}
+			want := BackupInfo{Shards: len(tc.seqs), Locks: info.Locks, Epoch: tc.epoch, RestoreEpoch: tc.epoch + 1}
+			if cerr != nil || err != nil || info != want || cinfo != want {
+				t.Fatalf("CheckBackup %+v, %v; RestoreBackup %+v, %v; want %+v", cinfo, cerr, info, err, want)
+			}
+			start := uint64(tc.epoch+1) << epochShift
+			for i, seq := range tc.seqs {
+				id := uint64(i + 1)
+				s, _ := openSM(t, db, nil, id)
+				if s.t.seq != start {
+					t.Fatalf("shard %d (seq %#x): restored with seq %#x, want %#x", id, seq, s.t.seq, start)
+				}
+				key := fmt.Sprintf("k%d", id)
+				if seq > 0 && locks(s)[key].token != seq<<ShardBits|id {
+					t.Fatalf("shard %d: %s holds %+v, want token %#x", id, key, locks(s)[key], seq<<ShardBits|id)
+				}
+				update(t, s, entry(1, grant("next", 1)))
+				tok := locks(s)["next"].token
+				if tok != (start+1)<<ShardBits|id || int(TokenEpoch(tok)) != tc.epoch+1 {
+					t.Fatalf("shard %d: first token %#x (epoch %d), want %#x", id, tok, TokenEpoch(tok), (start+1)<<ShardBits|id)
+				}
+				// Above every token the backed-up cluster's shards could
+				// issue until they left their epoch.
+				if last := (uint64(tc.epoch+1)<<epochShift-1)<<ShardBits | MaxShards; tok <= last {
+					t.Fatalf("shard %d: first token %#x, not above %#x", id, tok, last)
+				}
+			}
+		})
+	}
+}
+
+// TestRestoreTwiceInARow: A backed up, A grants on; B restored from the
+// backup, B grants, B backed up, B grants on; C restored from B's backup.
+// B's tokens are above every token A issued, before its backup or after,
+// and C's above every token of B: each restore starts the next epoch.
+func TestRestoreTwiceInARow(t *testing.T) {
+	const shards = 3
+	// grantAll grants n keys named prefix/shard/i on each shard of c and
+	// returns the highest token granted, checking that each token is above
+	// floor.
+	grantAll := func(t *testing.T, c []*onDisk, index uint64, prefix string, n int, floor uint64) uint64 {
+		t.Helper()
+		top := uint64(0)
+		for i, s := range c {
+			var cmds []Command
+			for j := range n {
+				cmds = append(cmds, grant(fmt.Sprintf("%s/%d/%d", prefix, i+1, j), 1000), release(fmt.Sprintf("%s/%d/%d", prefix, i+1, j), 0))
+			}
+			cmds = append(cmds, grant(fmt.Sprintf("%s/%d/held", prefix, i+1), 1000))
+			update(t, s, entry(index, cmds...))
+			tok := locks(s)[fmt.Sprintf("%s/%d/held", prefix, i+1)].token
+			if tok <= floor {
+				t.Fatalf("shard %d: token %#x (epoch %d), not above %#x (epoch %d)", i+1, tok, TokenEpoch(tok), floor, TokenEpoch(floor))
+			}
+			top = max(top, tok)
+		}
+		return top
+	}
+	restore := func(t *testing.T, data []byte, epoch int) []*onDisk {
+		t.Helper()
+		db := newTestDB(t)
+		info, err := RestoreBackup(db, bytes.NewReader(data))
+		if err != nil || info.Epoch != epoch-1 || info.RestoreEpoch != epoch {
+			t.Fatalf("RestoreBackup: %+v, %v; want epoch %d", info, err, epoch)
+		}
+		var c []*onDisk
+		for id := uint64(1); id <= shards; id++ {
+			s, _ := openSM(t, db, nil, id)
+			c = append(c, s)
+		}
+		return c
+	}
+
+	var a []*onDisk
+	for id := uint64(1); id <= shards; id++ {
+		s, _ := openSM(t, newTestDB(t), nil, id)
+		a = append(a, s)
+	}
+	grantAll(t, a, 1, "a", 5+len(a), 0)
+	backupA := backupOf(t, a...)
+	topA := grantAll(t, a, 2, "a-after", 50, 0) // never seen by the backup
+
+	b := restore(t, backupA, 1)
+	topB := grantAll(t, b, 1, "b", 3, topA)
+	backupB := backupOf(t, b...)
+	topB = max(topB, grantAll(t, b, 2, "b-after", 50, topA))
+
+	c := restore(t, backupB, 2)
+	topC := grantAll(t, c, 1, "c", 1, topB)
+	if TokenEpoch(topA) != 0 || TokenEpoch(topB) != 1 || TokenEpoch(topC) != 2 {
+		t.Fatalf("epochs %d, %d, %d of A's, B's and C's tokens; want 0, 1, 2", TokenEpoch(topA), TokenEpoch(topB), TokenEpoch(topC))
+	}
+	// C holds what B held at its backup, with B's tokens.
+	for i := range c {
+		key := fmt.Sprintf("b/%d/held", i+1)
+		if got, want := locks(c[i])[key], locks(b[i])[key]; got != want {
+			t.Fatalf("C's %s: %+v, B's %+v", key, got, want)
+		}
 	}
 }
 

@@ -28,6 +28,14 @@ const (
 	// 0) as its proposer. It changes nothing in the table, so a replica
 	// that does not know it and skips it stays in step with the others.
 	encVersionHandOff = 4
+	// encVersionReport is the format of a level report, encVersionRaise
+	// that of a raise of the cluster version (see FeatureLevel): a header
+	// alone, count 0, with the Raft replica id of the node that reports
+	// or raises (not 0) as its proposer and the level (not 0) in the seq
+	// field. Neither changes a lock, so a replica of level 1, which skips
+	// both as entries it cannot decode, stays in step with the others.
+	encVersionReport = 5
+	encVersionRaise  = 6
 	// opGrantOwned is the wire op of a Grant with an owner (version 2
 	// only); it decodes to OpGrant with Owner set. A Grant without an owner
 	// is wire op OpGrant, encoded alike in both versions.
@@ -71,6 +79,10 @@ var (
 	// A hand-off request, likewise, with the replica id that asks.
 	errHandOffCmds     error = decodeError("hand-off request with commands")
 	errHandOffProposer error = decodeError("hand-off request of replica 0")
+	// A level report or raise, likewise, with a level that is not 0.
+	errLevelCmds     error = decodeError("level report or raise with commands")
+	errLevelProposer error = decodeError("level report or raise of replica 0")
+	errLevelZero     error = decodeError("level report or raise of level 0")
 )
 
 // Batch builds one Raft entry from many commands. The zero value is ready.
@@ -173,7 +185,11 @@ func (b *Batch) Size() int { return max(len(b.buf), headerLen) }
 // batches the fence keeps out: no rolling upgrade crosses the fence (see
 // the package doc). A replica from before hand-off requests skips version
 // 4, which changes nothing in any table, so its table stays in step; as a
-// leader, it just never hands a shard over on request.
+// leader, it just never hands a shard over on request. With h.Report or
+// h.Raise the entry is a level report (version 5) or a raise (version 6),
+// with h.Level in the seq field; Seal panics if the batch has commands, or
+// h.Proposer or h.Level is 0, or h is of another kind too. A replica of
+// level 1 skips both, and neither changes a lock (FeatureLevel).
 func (b *Batch) Seal(h Header) []byte {
 	if h.Fence && b.n > 0 {
 		panic("statemachine: Batch.Seal: a fence with commands")
@@ -181,8 +197,11 @@ func (b *Batch) Seal(h Header) []byte {
 	if h.Fence && h.Proposer == 0 {
 		panic("statemachine: Batch.Seal: a fence of proposer 0")
 	}
-	if h.HandOff && (b.n > 0 || h.Proposer == 0 || h.Fence) {
-		panic("statemachine: Batch.Seal: a hand-off request with commands, of replica 0, or a fence")
+	if h.HandOff && (b.n > 0 || h.Proposer == 0 || h.kinds() > 1) {
+		panic("statemachine: Batch.Seal: a hand-off request with commands, of replica 0, or of another kind too")
+	}
+	if (h.Report || h.Raise) && (b.n > 0 || h.Proposer == 0 || h.Level == 0 || h.kinds() > 1) {
+		panic("statemachine: Batch.Seal: a level report or raise with commands, of replica 0, of level 0, or of another kind too")
 	}
 	if len(b.buf) < headerLen {
 		b.buf = append(b.buf[:0], make([]byte, headerLen)...)
@@ -192,13 +211,21 @@ func (b *Batch) Seal(h Header) []byte {
 		b.buf[0] = encVersionFence
 	case h.HandOff:
 		b.buf[0] = encVersionHandOff
+	case h.Report:
+		b.buf[0] = encVersionReport
+	case h.Raise:
+		b.buf[0] = encVersionRaise
 	case b.owned:
 		b.buf[0] = encVersion
 	default:
 		b.buf[0] = encVersionNoOwners
 	}
 	binary.LittleEndian.PutUint64(b.buf[1:], h.Proposer)
-	binary.LittleEndian.PutUint64(b.buf[9:], h.Seq)
+	seq := h.Seq
+	if h.Report || h.Raise {
+		seq = h.Level
+	}
+	binary.LittleEndian.PutUint64(b.buf[9:], seq)
 	binary.LittleEndian.PutUint32(b.buf[17:], b.n)
 	return b.buf
 }
@@ -214,14 +241,16 @@ func (b *Batch) Reset() {
 // its header and commands, appending the commands to cmds (keys and owners
 // alias data). A fence (version 3) decodes to a Header with Fence set and
 // no commands, a hand-off request (version 4) to one with HandOff set and
-// no commands; versions 1 and 2 to one with neither. A malformed entry
-// is an error.
+// no commands, a level report (5) or raise (6) to one with Report or
+// Raise set, its Level from the seq field and Seq 0; versions 1 and 2 to
+// one with none of them. A malformed entry is an error.
 //
 // Every field is checked (version, ops, key lengths 1..MaxKeyLen, owner
 // lengths 1..MaxOwnerLen, minimal varints, lease_ms within 32 bits, the
 // count, no trailing bytes, an owned Grant in a version 2 entry and none in
-// a version 1 entry, no commands and a proposer other than 0 in a fence
-// and in a hand-off request),
+// a version 1 entry, no commands and a proposer other than 0 in a fence,
+// a hand-off request, a level report and a raise, and a level other than
+// 0 in the last two),
 // so that a valid entry re-encodes (Append, Seal) to exactly the same
 // bytes. On error cmds is returned at its original length and the error
 // matches ErrMalformed. DecodeBatch never panics and allocates only to
@@ -242,7 +271,7 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 		return fail(errShort)
 	}
 	version := data[0]
-	if version < encVersionNoOwners || version > encVersionHandOff {
+	if version < encVersionNoOwners || version > encVersionRaise {
 		return fail(errVersion)
 	}
 	h := Header{
@@ -250,9 +279,20 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 		Seq:      binary.LittleEndian.Uint64(data[9:]),
 		Fence:    version == encVersionFence,
 		HandOff:  version == encVersionHandOff,
+		Report:   version == encVersionReport,
+		Raise:    version == encVersionRaise,
+	}
+	if h.Report || h.Raise {
+		h.Level, h.Seq = h.Seq, 0
 	}
 	n := binary.LittleEndian.Uint32(data[17:])
 	switch {
+	case (h.Report || h.Raise) && n != 0:
+		return fail(errLevelCmds)
+	case (h.Report || h.Raise) && h.Proposer == 0:
+		return fail(errLevelProposer)
+	case (h.Report || h.Raise) && h.Level == 0:
+		return fail(errLevelZero)
 	case h.Fence && n != 0:
 		return fail(errFenceCmds)
 	case h.Fence && h.Proposer == 0:

@@ -40,6 +40,8 @@ func TestBatchRoundTrip(t *testing.T) {
 		{"fence of the largest proposer", Header{Proposer: math.MaxUint64, Seq: math.MaxUint64, Fence: true}, nil},
 		{"hand-off request", Header{Proposer: 1, HandOff: true}, nil},
 		{"hand-off request with a seq", Header{Proposer: math.MaxUint64, Seq: 7, HandOff: true}, nil},
+		{"level report", Header{Proposer: 3, Report: true, Level: FeatureLevel}, nil},
+		{"raise", Header{Proposer: math.MaxUint64, Raise: true, Level: math.MaxUint64}, nil},
 		{"grant", Header{Proposer: math.MaxUint64, Seq: 1}, []Command{grant("a", 1000)}},
 		{"grant with owner", Header{}, []Command{grantBy("a", 1000, "client-7f3a")}},
 		{"grant with empty owner", Header{}, []Command{{Op: OpGrant, Key: []byte("a"), LeaseMs: 1, Owner: []byte{}}}},
@@ -112,6 +114,12 @@ func wantVersion(h Header, cmds []Command) byte {
 	}
 	if h.HandOff {
 		return encVersionHandOff
+	}
+	if h.Report {
+		return encVersionReport
+	}
+	if h.Raise {
+		return encVersionRaise
 	}
 	for _, c := range cmds {
 		if c.Op == OpGrant && len(c.Owner) > 0 {
@@ -211,6 +219,10 @@ func TestSealVersion(t *testing.T) {
 		{"owned grant first", Header{}, []Command{grantBy("a", 1, "me"), grant("b", 2), extend("a", 7, 3)}, 2, nil},
 		{"fence", Header{Proposer: 1, Seq: 4, Fence: true}, nil, 3, nil},
 		{"hand-off request", Header{Proposer: 3, HandOff: true}, nil, 4, nil},
+		{"level report", Header{Proposer: 2, Report: true, Level: 2}, nil, 5, []byte{
+			5, 2, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+		{"raise", Header{Proposer: 1, Raise: true, Level: 0x0102}, nil, 6, []byte{
+			6, 1, 0, 0, 0, 0, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -272,6 +284,15 @@ func TestSealPanicsOnInvalidHeaderOnly(t *testing.T) {
 		{"hand-off request with a command", Header{Proposer: 1, HandOff: true}, []Command{grant("a", 1)}},
 		{"hand-off request of replica 0", Header{HandOff: true}, nil},
 		{"fence and hand-off request", Header{Proposer: 1, Fence: true, HandOff: true}, nil},
+		{"level report with a command", Header{Proposer: 1, Report: true, Level: 2}, []Command{grant("a", 1)}},
+		{"level report of replica 0", Header{Report: true, Level: 2}, nil},
+		{"level report of level 0", Header{Proposer: 1, Report: true}, nil},
+		{"raise with a command", Header{Proposer: 1, Raise: true, Level: 2}, []Command{expire("a", 1)}},
+		{"raise of replica 0", Header{Raise: true, Level: 2}, nil},
+		{"raise to level 0", Header{Proposer: 1, Raise: true}, nil},
+		{"report and raise", Header{Proposer: 1, Report: true, Raise: true, Level: 2}, nil},
+		{"fence and raise", Header{Proposer: 1, Fence: true, Raise: true, Level: 2}, nil},
+		{"hand-off request and report", Header{Proposer: 1, HandOff: true, Report: true, Level: 2}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -438,6 +459,18 @@ func TestDecodeBatchErrors(t *testing.T) {
 		h[1] = 2
 		return h
 	}
+	// hdrL is a level report's or raise's header (version v), of replica
+	// r, level 2, with count n.
+	hdrL := func(v byte, r byte, n uint32) []byte {
+		h := hdrV(v, n)
+		h[1], h[9] = r, 2
+		return h
+	}
+	levelZero := func(v byte) []byte {
+		h := hdrL(v, 1, 0)
+		h[9] = 0
+		return h
+	}
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	valid := encode(Header{}, grant("k", 1))
 	ownerless := encode(Header{Seq: 5}, grant("a", 1), release("a", 0), extend("b", 1025, 5), expire("c", 2049))
@@ -451,7 +484,7 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"empty", nil, errShort},
 		{"short header", valid[:headerLen-1], errShort},
 		{"version 0", cat([]byte{0}, valid[1:]), errVersion},
-		{"version 5", cat([]byte{5}, valid[1:]), errVersion},
+		{"version 7", cat([]byte{7}, valid[1:]), errVersion},
 		{"version 255", cat([]byte{255}, valid[1:]), errVersion},
 
 		// A fence is a header alone, with a proposer.
@@ -470,6 +503,18 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"hand-off request with a trailing byte", cat(hdr4(0), []byte{0}), errTrailing},
 		{"hand-off request of replica 0", hdrV(encVersionHandOff, 0), errHandOffProposer},
 		{"short hand-off request", hdr4(0)[:headerLen-1], errShort},
+
+		// So are a level report and a raise, with the replica and a level.
+		{"level report with a command", cat(hdrL(encVersionReport, 2, 1), []byte{1, 1, 'k', 1}), errLevelCmds},
+		{"version 5 of a batch", cat([]byte{encVersionReport}, valid[1:]), errLevelCmds},
+		{"level report with a trailing byte", cat(hdrL(encVersionReport, 2, 0), []byte{0}), errTrailing},
+		{"level report of replica 0", hdrL(encVersionReport, 0, 0), errLevelProposer},
+		{"level report of level 0", levelZero(encVersionReport), errLevelZero},
+		{"raise with a command", cat(hdrL(encVersionRaise, 2, 1), []byte{4, 1, 'k', 1}), errLevelCmds},
+		{"version 6 of a batch", cat([]byte{encVersionRaise}, valid[1:]), errLevelCmds},
+		{"raise of replica 0", hdrL(encVersionRaise, 0, 0), errLevelProposer},
+		{"raise to level 0", levelZero(encVersionRaise), errLevelZero},
+		{"short raise", hdrL(encVersionRaise, 1, 0)[:headerLen-1], errShort},
 
 		// One encoding per batch: version 2 if and only if a Grant has
 		// an owner, and an owner only in an owned Grant (op 5).
@@ -599,6 +644,13 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(encodeVersion(encVersionHandOff, Header{Proposer: 2}, release("a", 0)))
 	f.Add(encodeVersion(encVersionHandOff, Header{Seq: 1}))
 	f.Add([]byte{4, 0, 0})
+	// Level reports and raises, and what they must not be.
+	f.Add(encode(Header{Proposer: 2, Report: true, Level: 2}))
+	f.Add(encode(Header{Proposer: 1, Raise: true, Level: 3}))
+	f.Add(encodeVersion(encVersionRaise, Header{Proposer: 1, Level: 2}, expire("a", 1)))
+	f.Add(encodeVersion(encVersionReport, Header{Proposer: 1}))
+	f.Add(encodeVersion(encVersionRaise, Header{Level: 2}))
+	f.Add([]byte{6, 1, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, cmds, err := DecodeBatch(data, nil)
 		if err != nil {
@@ -617,8 +669,11 @@ func FuzzDecodeBatch(f *testing.F) {
 		if owned != (data[0] == encVersion) {
 			t.Fatalf("version %d entry, owners: %v", data[0], owned)
 		}
-		headerOnly := h.Fence || h.HandOff
-		if h.Fence != (data[0] == encVersionFence) || h.HandOff != (data[0] == encVersionHandOff) || headerOnly && (len(cmds) != 0 || h.Proposer == 0) {
+		headerOnly := h.kinds() > 0
+		level := h.Report || h.Raise
+		if h.Fence != (data[0] == encVersionFence) || h.HandOff != (data[0] == encVersionHandOff) ||
+			h.Report != (data[0] == encVersionReport) || h.Raise != (data[0] == encVersionRaise) ||
+			headerOnly && (len(cmds) != 0 || h.Proposer == 0) || level && (h.Level == 0 || h.Seq != 0) || !level && h.Level != 0 {
 			t.Fatalf("version %d entry decoded to %+v with %d commands", data[0], h, len(cmds))
 		}
 		again := encode(h, cmds...)

@@ -96,7 +96,11 @@ func encodeV2(h Header, cmds ...Command) []byte {
 func encodeVersion(version byte, h Header, cmds ...Command) []byte {
 	buf := []byte{version}
 	buf = binary.LittleEndian.AppendUint64(buf, h.Proposer)
-	buf = binary.LittleEndian.AppendUint64(buf, h.Seq)
+	seq := h.Seq
+	if version == encVersionReport || version == encVersionRaise {
+		seq = h.Level // the level takes the seq field
+	}
+	buf = binary.LittleEndian.AppendUint64(buf, seq)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(cmds)))
 	for _, c := range cmds {
 		owned := version >= 2 && c.Op == OpGrant && len(c.Owner) > 0
@@ -135,8 +139,9 @@ func encodeSnapshotV3(shard, applied, seq, fence uint64, locks []Lock) []byte {
 	return encodeStream(snapVersionFence, shard, meta{applied: applied, seq: seq, fence: fence}, locks)
 }
 
-// encodeStream writes a stream of any version: m's fence only in version
-// 3 (and dropped otherwise), owner lengths from version 2 on.
+// encodeStream writes a stream of any version: m's fence from version 3 on
+// (and dropped before), its level in version 4, owner lengths from version
+// 2 on.
 func encodeStream(version byte, shard uint64, m meta, locks []Lock) []byte {
 	locks = slices.Clone(locks)
 	slices.SortFunc(locks, func(a, b Lock) int { return bytes.Compare(a.Key, b.Key) })
@@ -146,6 +151,9 @@ func encodeStream(version byte, shard uint64, m meta, locks []Lock) []byte {
 	buf = binary.LittleEndian.AppendUint64(buf, m.seq)
 	if version >= 3 {
 		buf = binary.LittleEndian.AppendUint64(buf, m.fence)
+	}
+	if version >= 4 {
+		buf = binary.LittleEndian.AppendUint64(buf, m.level)
 	}
 	for _, l := range locks {
 		buf = binary.AppendUvarint(buf, uint64(len(l.Key)))
@@ -175,6 +183,12 @@ func entryBy(index, proposer uint64, cmds ...Command) sm.Entry {
 // fenceEntry is proposer's fence at index, its seq the index.
 func fenceEntry(index, proposer uint64) sm.Entry {
 	return sm.Entry{Index: index, Cmd: encode(Header{Proposer: proposer, Seq: index, Fence: true})}
+}
+
+// raiseEntry is replica 1's raise of the cluster version to level, at
+// index.
+func raiseEntry(index, level uint64) sm.Entry {
+	return sm.Entry{Index: index, Cmd: encode(Header{Proposer: 1, Raise: true, Level: level})}
 }
 
 // update applies ents (cloned, so that callers can reuse them) and returns

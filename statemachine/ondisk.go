@@ -19,6 +19,10 @@ const (
 	// metaLenBeforeFence is the meta of the release before the fence
 	// (applied, seq), which Open reads as fence 0.
 	metaLenBeforeFence = 8 + 8
+	// metaLenVersioned is the meta of a table whose cluster version is 2
+	// or more (applied, seq, fence, version); a table never raised keeps
+	// metaLen, which a build of level 1 reads.
+	metaLenVersioned = metaLen + 8
 	// stopEvery is how many rows Open, SaveSnapshot and RecoverFromSnapshot
 	// handle between looks at their stop channel: often enough to stop a
 	// big table promptly, rarely enough to cost nothing.
@@ -142,32 +146,52 @@ func shardKey(prefix byte, shard uint64) (k [prefixLen]byte) {
 }
 
 // meta is what a shard's checkpoint holds besides its rows: the applied
-// index, the token counter and the fence (see the package doc's layout).
+// index, the token counter, the fence and the cluster version (see the
+// package doc's layout).
 type meta struct {
 	applied, seq, fence uint64
+	level               uint64 // levelNone, or 0 (the same) in a meta built by hand
 }
 
 // meta is the table's meta at the applied index.
 func (t *table) meta(applied uint64) meta {
-	return meta{applied: applied, seq: t.seq, fence: t.fence}
+	return meta{applied: applied, seq: t.seq, fence: t.fence, level: t.level}
 }
 
-func (m meta) encode() (v [metaLen]byte) {
-	binary.LittleEndian.PutUint64(v[0:], m.applied)
-	binary.LittleEndian.PutUint64(v[8:], m.seq)
-	binary.LittleEndian.PutUint64(v[16:], m.fence)
+// versioned reports whether the meta carries its cluster version: only
+// from 2 on, so that a build of level 1 can open the data dir until then.
+func (m meta) versioned() bool { return m.level > levelNone }
+
+// encode appends the stored meta to v: metaLen bytes, or metaLenVersioned
+// with the version.
+func (m meta) encode(v []byte) []byte {
+	v = binary.LittleEndian.AppendUint64(v, m.applied)
+	v = binary.LittleEndian.AppendUint64(v, m.seq)
+	v = binary.LittleEndian.AppendUint64(v, m.fence)
+	if m.versioned() {
+		v = binary.LittleEndian.AppendUint64(v, m.level)
+	}
 	return v
 }
 
-// decodeMeta reads a stored meta of either length: a meta written before
-// the fence existed has none, which is fence 0 (every batch applies).
+// decodeMeta reads a stored meta of any length: a meta written before the
+// fence existed has none, which is fence 0 (every batch applies), and one
+// without a version is of version 1. A versioned meta of version 1 or
+// less is not one encode writes: false, as for a bad length.
 func decodeMeta(v []byte) (meta, bool) {
-	if len(v) != metaLen && len(v) != metaLenBeforeFence {
+	switch len(v) {
+	case metaLenBeforeFence, metaLen, metaLenVersioned:
+	default:
 		return meta{}, false
 	}
-	m := meta{applied: binary.LittleEndian.Uint64(v), seq: binary.LittleEndian.Uint64(v[8:])}
-	if len(v) == metaLen {
+	m := meta{applied: binary.LittleEndian.Uint64(v), seq: binary.LittleEndian.Uint64(v[8:]), level: levelNone}
+	if len(v) >= metaLen {
 		m.fence = binary.LittleEndian.Uint64(v[16:])
+	}
+	if len(v) == metaLenVersioned {
+		if m.level = binary.LittleEndian.Uint64(v[24:]); !m.versioned() {
+			return meta{}, false
+		}
 	}
 	return m, true
 }
@@ -182,8 +206,14 @@ func (s *onDisk) Open(stopc <-chan struct{}) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	if m.level > FeatureLevel {
+		return 0, tooOld(s.shard, m.level)
+	}
 	t := newTable(s.shard, m.seq, 0)
 	t.fence = m.fence
+	if found {
+		t.level = m.level
+	}
 	if !found {
 		// Rows without meta are what an interrupted RecoverFromSnapshot
 		// leaves; the shard starts empty and dragonboat brings it up to date
@@ -209,8 +239,8 @@ func (s *onDisk) readMeta() (meta, bool, error) {
 	defer closer.Close()
 	m, ok := decodeMeta(v)
 	if !ok {
-		return meta{}, false, fmt.Errorf("statemachine: shard %d: meta is %d bytes, want %d (or %d, written before the fence)",
-			s.shard, len(v), metaLen, metaLenBeforeFence)
+		return meta{}, false, fmt.Errorf("statemachine: shard %d: meta is %d bytes, want %d, %d with a cluster version of 2 or more, or %d (written before the fence)",
+			s.shard, len(v), metaLen, metaLenVersioned, metaLenBeforeFence)
 	}
 	return m, true, nil
 }
@@ -457,10 +487,11 @@ func (s *onDisk) deleteRow(b *pebble.Batch, key []byte) {
 	_ = op.Finish()
 }
 
-// putMeta adds the shard's meta to b, always in the layout with the fence.
+// putMeta adds the shard's meta to b, always in the layout with the fence,
+// and with the cluster version once it is 2 or more.
 func (s *onDisk) putMeta(b *pebble.Batch, m meta) {
-	v := m.encode()
-	_ = b.Set(s.metaKey[:], v[:], nil)
+	var v [metaLenVersioned]byte
+	_ = b.Set(s.metaKey[:], m.encode(v[:0]), nil)
 }
 
 // Lookup implements sm.IOnDiskStateMachine: a LookupKey answers a

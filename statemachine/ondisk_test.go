@@ -142,8 +142,9 @@ func checkMirror(t *testing.T, s *onDisk) {
 	if !reflect.DeepEqual(locks(s), locks(fresh)) {
 		t.Fatalf("memory and pebble disagree:\n%v\n%v", locks(s), locks(fresh))
 	}
-	if s.t.seq != fresh.t.seq || s.t.fence != fresh.t.fence {
-		t.Fatalf("memory has seq %d, fence %d; pebble %d, %d", s.t.seq, s.t.fence, fresh.t.seq, fresh.t.fence)
+	if s.t.seq != fresh.t.seq || s.t.fence != fresh.t.fence || s.t.level != fresh.t.level {
+		t.Fatalf("memory has seq %d, fence %d, level %d; pebble %d, %d, %d",
+			s.t.seq, s.t.fence, s.t.level, fresh.t.seq, fresh.t.fence, fresh.t.level)
 	}
 }
 
@@ -653,7 +654,7 @@ func TestMetaFence(t *testing.T) {
 	// The meta as the release before the fence wrote it, and lengths no
 	// release wrote.
 	key := shardKey(metaPrefix, 3)
-	for _, n := range []int{0, 8, metaLenBeforeFence - 1, metaLenBeforeFence, metaLenBeforeFence + 1, metaLen - 1, metaLen, metaLen + 1, 32} {
+	for _, n := range []int{0, 8, metaLenBeforeFence - 1, metaLenBeforeFence, metaLenBeforeFence + 1, metaLen - 1, metaLen, metaLen + 1, metaLenVersioned + 1} {
 		v := make([]byte, n)
 		for i := range v {
 			v[i] = byte(i + 1) // applied 0x0807060504030201, seq 0x100f0e..., fence 0x181716...
@@ -664,7 +665,7 @@ func TestMetaFence(t *testing.T) {
 		got, found, err := Factory(db, nil)(3, 1).(*onDisk).readMeta()
 		switch n {
 		case metaLenBeforeFence, metaLen:
-			want := meta{applied: 0x0807060504030201, seq: 0x100f0e0d0c0b0a09}
+			want := meta{applied: 0x0807060504030201, seq: 0x100f0e0d0c0b0a09, level: levelNone}
 			if n == metaLen {
 				want.fence = 0x1817161514131211
 			}

@@ -32,10 +32,17 @@ const (
 	// in version 2, whether or not a lock has an owner. A table without a
 	// fence is streamed as before the fence existed (1 or 2).
 	snapVersionFence = 3
+	// snapVersionVersioned is the stream of a table whose cluster version
+	// is 2 or more: the header has the fence (0 if none) and the version
+	// after seq, and every record has its owner length. A table of
+	// version 1 is streamed as before versions existed (1, 2 or 3), which
+	// a build of level 1 can recover from.
+	snapVersionVersioned = 4
 	// snapHeaderLen is the header of versions 1 and 2; version 3 has
-	// snapFenceLen bytes more.
+	// snapFenceLen bytes more, version 4 snapFenceLen+snapLevelLen.
 	snapHeaderLen  = 4 + 1 + 4 + 8 + 8
 	snapFenceLen   = 8
+	snapLevelLen   = 8
 	snapBufSize    = 64 << 10
 	recoverBatchSz = 1 << 20 // bytes per pebble batch while recovering
 )
@@ -61,14 +68,17 @@ type snapCtx struct {
 	owned bool             // a lock has an owner
 }
 
-// version is the stream version of the captured state: 3 if the table has
-// a fence, else 2 if a lock has an owner, else 1 (see the package doc).
+// version is the stream version of the captured state: 4 if the table's
+// cluster version is 2 or more, else 3 if it has a fence, else 2 if a lock
+// has an owner, else 1 (see the package doc).
 func (c *snapCtx) version() byte { return streamVersion(c.meta, c.owned) }
 
 // streamVersion is the stream version of a table with meta m, in which a
 // lock has an owner if owned: one encoding per table (see the package doc).
 func streamVersion(m meta, owned bool) byte {
 	switch {
+	case m.versioned():
+		return snapVersionVersioned
 	case m.fence != 0:
 		return snapVersionFence
 	case owned:
@@ -114,8 +124,8 @@ func (s *onDisk) release(c *snapCtx) {
 
 // SaveSnapshot implements sm.IOnDiskStateMachine: it streams the state
 // PrepareSnapshot captured in the format the package doc describes, in
-// version 3 if the table has a fence, else in version 1 unless a lock has
-// an owner. The output depends only on that state, as dragonboat requires.
+// version 4 if the table's cluster version is 2 or more, else 3 if it has
+// a fence, else 1 unless a lock has an owner. The output depends only on that state, as dragonboat requires.
 func (s *onDisk) SaveSnapshot(ctx interface{}, w io.Writer, stopc <-chan struct{}) error {
 	c, ok := ctx.(*snapCtx)
 	if !ok {
@@ -184,7 +194,8 @@ func (p *pebbleRows) err() error {
 // writeSnapshot writes the stream of shard's rows and of m in the given
 // version, which must be the one they call for: it fails rather than drop
 // an owner from a version 1 stream, or write a version 2 stream without
-// one. (The fence is m's, which is what chose version 3 or not.)
+// one. (The fence and the cluster version are m's, which chose version 3
+// or 4 or neither.)
 func writeSnapshot(shard uint64, rows rowSource, version byte, m meta, w io.Writer, stopc <-chan struct{}) error {
 	bw := bufio.NewWriterSize(w, snapBufSize)
 	var crc uint32
@@ -201,8 +212,11 @@ func writeSnapshot(shard uint64, rows rowSource, version byte, m meta, w io.Writ
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(shard))
 	buf = binary.LittleEndian.AppendUint64(buf, m.applied)
 	buf = binary.LittleEndian.AppendUint64(buf, m.seq)
-	if version == snapVersionFence {
+	if version >= snapVersionFence {
 		buf = binary.LittleEndian.AppendUint64(buf, m.fence)
+	}
+	if version == snapVersionVersioned {
+		buf = binary.LittleEndian.AppendUint64(buf, m.level)
 	}
 	if err := write(buf); err != nil {
 		return err
@@ -289,7 +303,7 @@ func recordsHaveOwners(version byte) bool { return version != snapVersionNoOwner
 
 func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *table, error) {
 	br := bufio.NewReaderSize(r, snapBufSize)
-	var hdr [snapHeaderLen + snapFenceLen]byte
+	var hdr [snapHeaderLen + snapFenceLen + snapLevelLen]byte
 	if _, err := io.ReadFull(br, hdr[:snapHeaderLen]); err != nil {
 		return 0, nil, s.readErr(err)
 	}
@@ -297,26 +311,39 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 		return 0, nil, s.badSnapshot("not a baton snapshot")
 	}
 	version := hdr[4]
-	if version < snapVersionNoOwners || version > snapVersionFence {
+	if version < snapVersionNoOwners || version > snapVersionVersioned {
 		return 0, nil, s.badSnapshot("unknown version %d", version)
 	}
 	if shard := binary.LittleEndian.Uint32(hdr[5:]); uint64(shard) != s.shard {
 		return 0, nil, s.badSnapshot("snapshot is of shard %d", shard)
 	}
 	hlen := snapHeaderLen
-	if version == snapVersionFence {
+	switch version {
+	case snapVersionFence:
 		hlen += snapFenceLen
-		if _, err := io.ReadFull(br, hdr[snapHeaderLen:hlen]); err != nil {
-			return 0, nil, s.readErr(err)
-		}
+	case snapVersionVersioned:
+		hlen += snapFenceLen + snapLevelLen
+	}
+	if _, err := io.ReadFull(br, hdr[snapHeaderLen:hlen]); err != nil {
+		return 0, nil, s.readErr(err)
 	}
 	crc := crc32.Update(0, crcTable, hdr[:hlen])
 	applied := binary.LittleEndian.Uint64(hdr[9:])
 	t := newTable(s.shard, binary.LittleEndian.Uint64(hdr[17:]), 0)
-	if version == snapVersionFence {
-		// One encoding per table: version 3 only for a table with a fence.
-		if t.fence = binary.LittleEndian.Uint64(hdr[snapHeaderLen:]); t.fence == 0 {
-			return 0, nil, s.badSnapshot("version 3 without a fence")
+	if version >= snapVersionFence {
+		t.fence = binary.LittleEndian.Uint64(hdr[snapHeaderLen:])
+	}
+	// One encoding per table: version 3 only for a table with a fence,
+	// version 4 only for one of cluster version 2 or more.
+	switch {
+	case version == snapVersionFence && t.fence == 0:
+		return 0, nil, s.badSnapshot("version 3 without a fence")
+	case version == snapVersionVersioned:
+		if t.level = binary.LittleEndian.Uint64(hdr[snapHeaderLen+snapFenceLen:]); t.level <= levelNone {
+			return 0, nil, s.badSnapshot("version 4 of cluster version %d", t.level)
+		}
+		if t.level > FeatureLevel {
+			return 0, nil, tooOld(s.shard, t.level)
 		}
 	}
 

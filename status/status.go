@@ -21,6 +21,14 @@ type Node struct {
 	Revision  string `json:"revision,omitempty"`
 	Modified  bool   `json:"modified,omitempty"`
 	GoVersion string `json:"go_version"`
+	// FeatureLevel is the highest cluster version the node's build can
+	// take part in; ClusterVersion is the cluster's, as this node has
+	// applied it: the level of the cluster's oldest voter, agreed through
+	// Raft (the lowest among the shards, which are raised one by one).
+	// Formats newer than ClusterVersion are not used yet; a build whose
+	// FeatureLevel is below it cannot join the cluster.
+	FeatureLevel   uint64 `json:"feature_level"`
+	ClusterVersion uint64 `json:"cluster_version"`
 	// StartedAt is when the node started; UptimeSeconds is how long ago.
 	StartedAt     time.Time `json:"started_at"`
 	UptimeSeconds float64   `json:"uptime_seconds"`

@@ -29,8 +29,9 @@ Reads /backup from a batond started with --http ADDR: every shard's locks
 (keys, tokens, leases, owners) and token counter, as that node has applied
 them, each shard at one point in time. Back up a leader (baton status shows
 which node leads): a follower may lag it a little. A new cluster starts
-from the file with batond --restore FILE; its tokens go on above every
-token of the backup.
+from the file with batond --restore FILE, in the next restore epoch: its
+tokens are above every token the backed-up cluster issues, before the
+backup and after it.
 
 The backup is checked as it arrives (its framing and every shard's
 checksum) and written to a temporary file beside FILE, which is synced and

@@ -125,6 +125,9 @@ func printStatus(w io.Writer, doc *status.Node) {
 		}
 	}
 	fmt.Fprintf(w, "%s, %s\n", build, doc.GoVersion)
+	if doc.FeatureLevel > 0 { // 0: a build from before cluster versions
+		fmt.Fprintf(w, "cluster version %d (this build supports up to %d)\n", doc.ClusterVersion, doc.FeatureLevel)
+	}
 	uptime := time.Duration(doc.UptimeSeconds * float64(time.Second)).Round(time.Second)
 	fmt.Fprintf(w, "up %v, since %s\n", uptime, doc.StartedAt.UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "%d locks held, %d acquires waiting\n\n", doc.Held, doc.Waiters)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	sm "github.com/baton-dev/baton/statemachine"
 	"github.com/baton-dev/baton/status"
 	"github.com/baton-dev/baton/tools/harness"
 )
@@ -19,6 +20,7 @@ import (
 func TestPrintStatus(t *testing.T) {
 	doc := &status.Node{
 		ID: 2, Version: "v1.2.0", Revision: "3dca85b", Modified: true, GoVersion: "go1.26.8",
+		FeatureLevel: 3, ClusterVersion: 2,
 		StartedAt: time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC), UptimeSeconds: 3723.4,
 		ClientAddr: "10.0.0.2:7700", RaftAddr: "10.0.0.2:7701", Held: 12, Waiters: 3,
 		Problems: []string{"shard 2: no leader known"},
@@ -34,6 +36,7 @@ func TestPrintStatus(t *testing.T) {
 	want := `node 2 of 2, client 10.0.0.2:7700, raft 10.0.0.2:7701: NOT HEALTHY
   shard 2: no leader known
 version v1.2.0, revision 3dca85b (modified), go1.26.8
+cluster version 2 (this build supports up to 3)
 up 1h2m3s, since 2026-12-01T15:00:00Z
 12 locks held, 3 acquires waiting
 
@@ -46,6 +49,16 @@ SHARD  LEADER  ROLE      SERVING  TERM  APPLIED  HELD  WAITERS  IN FLIGHT
 2      none    follower  no       8     998      0     3        1
 `
 	var b bytes.Buffer
+	printStatus(&b, doc)
+	if b.String() != want {
+		t.Fatalf("printed\n%s\nwant\n%s", b.String(), want)
+	}
+
+	// A node of a build from before cluster versions has neither field:
+	// no line for them.
+	doc.FeatureLevel, doc.ClusterVersion = 0, 0
+	want = strings.Replace(want, "cluster version 2 (this build supports up to 3)\n", "", 1)
+	b.Reset()
 	printStatus(&b, doc)
 	if b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
@@ -89,7 +102,8 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("--json: %v\n%s", err, out)
 	}
 	if doc.ID != 1 || doc.Held != 1 || !doc.Healthy || len(doc.Shards) != 2 || len(doc.Peers) != 1 ||
-		fmt.Sprint(doc.Peers[0].Leads) != "[1 2]" || doc.UptimeSeconds <= 0 || doc.Version == "" {
+		fmt.Sprint(doc.Peers[0].Leads) != "[1 2]" || doc.UptimeSeconds <= 0 || doc.Version == "" ||
+		doc.FeatureLevel != sm.FeatureLevel || doc.ClusterVersion < 1 {
 		t.Errorf("--json: unexpected document:\n%s", out)
 	}
 }

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/engine"
+	sm "github.com/baton-dev/baton/statemachine"
 	"github.com/baton-dev/baton/tools/harness"
 )
 
 // Backups (GET /backup) and batond --restore: a new cluster started from a
-// backup holds the old cluster's locks, and its tokens go on above the old
-// ones.
+// backup holds the old cluster's locks, and its tokens go on above every
+// token the old cluster issued, before the backup or after it: each
+// restore starts the next restore epoch (statemachine.TokenEpoch).
 
 // backupLock is a lock of the old cluster as the test took it.
 type backupLock struct {
@@ -34,18 +36,13 @@ func oldLocks(t *testing.T, c *harness.Conn) (held []backupLock, freed []string,
 	t.Helper()
 	maxToken = map[uint64]uint64{}
 	take := func(key, owner string) uint64 {
-		line := fmt.Sprintf("A %s 600000 0", key)
-		if owner != "" {
-			line += " " + owner
-		}
-		c.Send(line)
-		tok := readGrant(t, c, key, answerWithin)
+		tok := takeKey(t, c, key, owner)
 		shard := tok & 1023 // the token's low bits are its shard (statemachine)
 		maxToken[shard] = max(maxToken[shard], tok)
 		return tok
 	}
 	release := func(key string, tok uint64) {
-		do(t, c, fmt.Sprintf("R %s %d", key, tok), "R "+key+" OK")
+		releaseKey(t, c, key, tok)
 		freed = append(freed, key)
 	}
 	for i := range 24 {
@@ -70,6 +67,83 @@ func oldLocks(t *testing.T, c *harness.Conn) (held []backupLock, freed []string,
 	return held, freed, maxToken
 }
 
+// rideOut bounds the leadership changes takeKey and releaseKey wait out.
+const rideOut = 15 * time.Second
+
+// takeKey acquires the free key (with owner, unless "") through c and
+// returns its token. It rides out a leadership change, which a loaded
+// machine makes now and then in a cluster: after an ERR unavailable or a
+// MOVED it waits until c's node answers for key again (it leads again
+// soon: the tests' leaders are first in priority) and retries, unless the
+// acquire was granted after all (nothing else takes the tests' keys).
+func takeKey(t *testing.T, c *harness.Conn, key, owner string) uint64 {
+	t.Helper()
+	line := fmt.Sprintf("A %s 600000 0", key)
+	if owner != "" {
+		line += " " + owner
+	}
+	grant := regexp.MustCompile(grantPattern(key))
+	deadline := time.Now().Add(rideOut)
+	for {
+		got := c.Do(t, line)
+		if m := grant.FindStringSubmatch(got); m != nil {
+			return parseU64(t, m[1])
+		}
+		if !leaderless(got) || time.Now().After(deadline) {
+			t.Fatalf("%q: %q", line, got)
+		}
+		if tok := settledToken(t, c, key, deadline); tok != 0 {
+			return tok
+		}
+	}
+}
+
+// releaseKey releases key's grant tok through c, riding out a leadership
+// change as takeKey does.
+func releaseKey(t *testing.T, c *harness.Conn, key string, tok uint64) {
+	t.Helper()
+	line := fmt.Sprintf("R %s %d", key, tok)
+	deadline := time.Now().Add(rideOut)
+	for {
+		got := c.Do(t, line)
+		if got == "R "+key+" OK" {
+			return
+		}
+		if !leaderless(got) || time.Now().After(deadline) {
+			t.Fatalf("%q: %q", line, got)
+		}
+		if settledToken(t, c, key, deadline) == 0 {
+			return
+		}
+	}
+}
+
+// leaderless reports whether answer says its node does not lead now.
+func leaderless(answer string) bool {
+	f := strings.Fields(answer)
+	return len(f) >= 3 && (f[2] == "MOVED" || (len(f) >= 4 && f[2] == "ERR" && f[3] == "unavailable"))
+}
+
+// settledToken queries key through c until c's node answers for it, and
+// returns the token that holds it, 0 if it is free.
+func settledToken(t *testing.T, c *harness.Conn, key string, deadline time.Time) uint64 {
+	t.Helper()
+	held := regexp.MustCompile(`^Q ` + regexp.QuoteMeta(key) + ` HELD ([1-9][0-9]*) `)
+	for {
+		got := c.Do(t, "Q "+key)
+		if got == "Q "+key+" FREE" {
+			return 0
+		}
+		if m := held.FindStringSubmatch(got); m != nil {
+			return parseU64(t, m[1])
+		}
+		if !leaderless(got) || time.Now().After(deadline) {
+			t.Fatalf("Q %s: %q", key, got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // keyOfShard is the first key prefix+N of shard (of 4).
 func keyOfShard(t *testing.T, prefix string, shard uint64) string {
 	t.Helper()
@@ -80,6 +154,34 @@ func keyOfShard(t *testing.T, prefix string, shard uint64) string {
 	}
 	t.Fatalf("no key %sN of shard %d", prefix, shard)
 	return ""
+}
+
+// grantCycles acquires and releases each key on c, which must reach the
+// leader of every key, checks that every token is above floor and of
+// restore epoch epoch, and returns the highest.
+func grantCycles(t *testing.T, c *harness.Conn, floor uint64, epoch uint8, keys ...string) uint64 {
+	t.Helper()
+	top := uint64(0)
+	for _, key := range keys {
+		tok := takeKey(t, c, key, "")
+		if tok <= floor || sm.TokenEpoch(tok) != epoch {
+			t.Fatalf("%s: token %d (epoch %d), want one above %d (epoch %d) of epoch %d",
+				key, tok, sm.TokenEpoch(tok), floor, sm.TokenEpoch(floor), epoch)
+		}
+		releaseKey(t, c, key, tok)
+		top = max(top, tok)
+	}
+	return top
+}
+
+// numbered is prefix+i for i < n (24 of them reach every shard of 4 for
+// each prefix used here).
+func numbered(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return keys
 }
 
 // takeBackup GETs /backup of n into a file and returns its path.
@@ -116,16 +218,23 @@ func expectRestored(t *testing.T, c *harness.Conn, held []backupLock, freed []st
 // TestBackupRestore: a backup of a three-node cluster's leader holding
 // locks starts a new three-node cluster (every node with --restore FILE)
 // in which every lock is held with its token and owner, every freed key is
-// free, and every new grant's token is above every token its shard issued
-// before the backup; every replica holds the table, and --restore into
-// the data dir of a node that has run is refused.
+// free, and every new grant's token is above every token the old cluster
+// issued, the ones after the backup too (in restore epoch 1); every
+// replica holds the table, and --restore into the data dir of a node that
+// has run is refused.
 func TestBackupRestore(t *testing.T) {
 	t.Parallel()
 	bin := harness.Bin(t)
 	old := harness.StartCluster(t, bin, 3, harness.Options{Shards: 4, HTTP: true})
 	waitLeads(t, old, old[0], 15*time.Second)
-	held, freed, maxToken := oldLocks(t, harness.Dial(t, old[0].ClientAddr))
+	oc := harness.Dial(t, old[0].ClientAddr)
+	held, freed, maxToken := oldLocks(t, oc)
 	file := takeBackup(t, old[0])
+	// Grants the backup never saw.
+	top := grantCycles(t, oc, 0, 0, numbered("bk/after/", 24)...)
+	for _, tok := range maxToken {
+		top = max(top, tok)
+	}
 	// The new cluster needs nothing of the old one.
 	for _, n := range old {
 		if code, err := n.Stop(); err != nil || code != 0 {
@@ -142,7 +251,8 @@ func TestBackupRestore(t *testing.T) {
 	expectRestored(t, c, held, freed)
 
 	// An owner's retry gets its own grant back; a new grant, of a freed
-	// key or of a new one, gets a token above every token of its shard.
+	// key, of a key the old cluster granted after the backup, or of a new
+	// one, gets a token above every token of the old cluster.
 	for _, l := range held {
 		if l.owner != "" {
 			do(t, c, fmt.Sprintf("A %s 600000 0 %s", l.key, l.owner), fmt.Sprintf("A %s OK %d", l.key, l.token))
@@ -154,11 +264,12 @@ func TestBackupRestore(t *testing.T) {
 		keys = append(keys, keyOfShard(t, "bk/new/", shard))
 	}
 	for _, k := range keys {
-		tok := acquire(t, c, k, 600000)
-		if shard := tok & 1023; tok <= maxToken[shard] {
-			t.Fatalf("%s: token %d, not above %d, the highest of shard %d before the backup", k, tok, maxToken[shard], shard)
+		tok := takeKey(t, c, k, "")
+		if tok <= top || sm.TokenEpoch(tok) != 1 {
+			t.Fatalf("%s: token %d (epoch %d), not above %d, the old cluster's highest, in epoch 1", k, tok, sm.TokenEpoch(tok), top)
 		}
 	}
+	grantCycles(t, c, top, 1, numbered("bk/after/", 24)...)
 
 	// A node that has run is not restored again; without --restore it
 	// starts as it was.
@@ -170,6 +281,78 @@ func TestBackupRestore(t *testing.T) {
 	n.Args = slices.DeleteFunc(n.Args, func(a string) bool { return a == "--restore" || a == file })
 	n.Start()
 	eventuallyHolds(t, n, len(held)+len(keys))
+}
+
+// TestRestoreTwiceInARow: node A backed up, A grants on; node B restored
+// from A's backup, B grants, B backed up, B grants on; node C restored
+// from B's backup. Every token of B is above every token of A, and every
+// token of C above every token of B, the ones their backups never saw
+// included, key by key: B's tokens are of restore epoch 1, C's of 2. The
+// locks A held at its backup are held in C with their tokens.
+func TestRestoreTwiceInARow(t *testing.T) {
+	t.Parallel()
+	bin := harness.Bin(t)
+	start := func(args ...string) (*harness.Node, *harness.Conn) {
+		n := harness.StartNode(t, bin, harness.Options{Shards: 4, HTTP: true, Args: args})
+		return n, harness.Dial(t, n.ClientAddr)
+	}
+
+	a, ca := start()
+	held, freed, _ := oldLocks(t, ca)
+	fileA := takeBackup(t, a)
+	topA := grantCycles(t, ca, 0, 0, numbered("after-a/", 24)...)
+
+	// A keeps running and granting: B stays above it however far it goes
+	// (within 2^46 grants a shard).
+	b, cb := start("--restore", fileA)
+	expectRestored(t, cb, held, freed)
+	topB := grantCycles(t, cb, topA, 1, numbered("after-a/", 24)...)
+	fileB := takeBackup(t, b)
+	topA = max(topA, grantCycles(t, ca, 0, 0, numbered("after-b/", 24)...))
+	topB = max(topB, grantCycles(t, cb, topA, 1, numbered("after-b/", 24)...))
+
+	_, cc := start("--restore", fileB)
+	expectRestored(t, cc, held, freed)
+	grantCycles(t, cc, topB, 2, numbered("after-a/", 24)...)
+	grantCycles(t, cc, topB, 2, numbered("after-b/", 24)...)
+	grantCycles(t, cc, topB, 2, freed...)
+}
+
+// TestRestoreMajorityLost: a three-node cluster loses two nodes for good
+// (SIGKILL), the survivor having missed the last grants (its Raft links
+// were cut while the other two committed them). The survivor, without a
+// quorum, still serves /backup from its own table, and a cluster restored
+// from that backup issues tokens above every token the old cluster
+// issued, the ones the survivor never applied included.
+func TestRestoreMajorityLost(t *testing.T) {
+	t.Parallel()
+	bin := harness.Bin(t)
+	links := harness.NewLinks()
+	old := harness.StartCluster(t, bin, 3, harness.Options{Shards: 4, HTTP: true, Links: links})
+	waitLeads(t, old, old[0], 15*time.Second)
+	oc := harness.Dial(t, old[0].ClientAddr)
+	held, freed, _ := oldLocks(t, oc)
+	survivor := old[2]
+	eventuallyHolds(t, survivor, len(held))
+
+	links.Isolate(survivor.ID)
+	top := grantCycles(t, oc, 0, 0, numbered("lost/", 24)...)
+	// A last grant held, so that /status can show the survivor missed it.
+	top = max(top, takeKey(t, oc, "lost/held", ""))
+	old[0].Kill()
+	old[1].Kill()
+	links.Heal()
+
+	file := takeBackup(t, survivor)
+	if got := getStatus(t, survivor).Held; got != int64(len(held)) {
+		t.Fatalf("the survivor holds %d locks, want %d: it applied grants made while it was cut off", got, len(held))
+	}
+	n := harness.StartNode(t, bin, harness.Options{Shards: 4, HTTP: true, Args: []string{"--restore", file}})
+	c := harness.Dial(t, n.ClientAddr)
+	expectRestored(t, c, held, freed)
+	grantCycles(t, c, top, 1, numbered("lost/", 24)...)
+	grantCycles(t, c, top, 1, "lost/held")
+	grantCycles(t, c, top, 1, freed...)
 }
 
 // eventuallyHolds waits until n's /status says it holds want locks (its

@@ -57,11 +57,14 @@ Flags:
                   /backup (the lock table, for baton backup) on ADDR, e.g.
                   127.0.0.1:7780 (default off)
   --restore FILE  start a new cluster from a backup (baton backup): check
-                  FILE whole, then write its locks and token counters into
-                  DIR before Raft starts. DIR must not hold a cluster yet,
-                  and --shards must be 0 or the backup's. Start every node
-                  of the new cluster with the same FILE, once: later starts
-                  go without it (default off)
+                  FILE whole, then write its locks into DIR before Raft
+                  starts, with token counters in the next restore epoch
+                  (every new token above every token the backed-up
+                  cluster issued, before the backup or after). DIR must
+                  not hold a cluster yet, and --shards must be 0 or the
+                  backup's. Start every node of the new cluster with the
+                  same FILE, once: later starts go without it (default
+                  off)
   --raft-listen ADDR
                   bind Raft here instead of this node's RAFT_ADDR in
                   --peers, which stays the address peers dial (for NAT,
@@ -262,8 +265,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	got := <-sig
-	log.Info("stopping", "signal", got.String())
+	var failed error
+	select {
+	case got := <-sig:
+		log.Info("stopping", "signal", got.String())
+	case failed = <-node.Failed():
+		log.Info("stopping", "reason", failed.Error())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := node.Stop(ctx); err != nil {
@@ -271,6 +279,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	log.Info("stopped")
+	if failed != nil {
+		// Last, so that it is the line an operator sees.
+		fmt.Fprintf(stderr, "batond: %s\n", oneLine(failed))
+		return exitFailed
+	}
 	return exitOK
 }
 

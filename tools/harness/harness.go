@@ -51,33 +51,51 @@ func Build(dir string) (bin string, err error) {
 // that the tags change are compiled again; the rest comes from the build
 // cache, race-instrumented or not as for Build.
 func BuildTags(dir string, tags ...string) (bin string, err error) {
-	goBin, err := goTool()
-	if err != nil {
-		return "", err
-	}
 	root, err := ModuleRoot()
 	if err != nil {
 		return "", err
 	}
 	bin = filepath.Join(dir, "batond")
-	args := []string{"build", "-o", bin}
+	var flags []string
+	if len(tags) > 0 {
+		flags = append(flags, "-tags", strings.Join(tags, ","))
+	}
+	return bin, goBuild(root, bin, flags...)
+}
+
+// BuildSource is Build for another source tree of baton, root: an older
+// commit's, say, extracted with git archive, for a test of a rolling
+// upgrade. It writes the binary to out, race-instrumented or not as
+// Build's, so that the packages the two trees share in the module cache
+// come from the build cache. VCS stamping is off: root need not be a work
+// tree, and the binary's /status then names no revision.
+func BuildSource(root, out string) error {
+	return goBuild(root, out, "-buildvcs=false")
+}
+
+// goBuild runs go build of batond in the module at root into out, with
+// -race when this test binary has it, and flags.
+func goBuild(root, out string, flags ...string) error {
+	goBin, err := goTool()
+	if err != nil {
+		return err
+	}
+	args := []string{"build", "-o", out}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	if len(tags) > 0 {
-		args = append(args, "-tags", strings.Join(tags, ","))
-	}
+	args = append(args, flags...)
 	args = append(args, "github.com/baton-dev/baton/cmd/batond")
 
 	ctx, cancel := context.WithTimeout(context.Background(), BuildTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goBin, args...)
 	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
+	output, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("go %s (in %s): %v\n%s", strings.Join(args, " "), root, err, output)
 	}
-	return bin, nil
+	return nil
 }
 
 // goTool finds the go command. go test puts GOROOT/bin first on the PATH of

@@ -361,6 +361,11 @@ func (n *Node) Start() {
 	}
 }
 
+// SetBin makes the node's next starts run bin instead of the batond it
+// ran so far, with the same flags and data directory: a rolling upgrade
+// (or a downgrade) of one node. It does not touch a running process.
+func (n *Node) SetBin(bin string) { n.bin = bin }
+
 // Restart starts the node again with the same flags and data directory, and
 // waits until it serves. A process that still runs is killed first
 // (SIGKILL), so Restart right after a test's work is a crash and restart.
