@@ -10,9 +10,10 @@ import (
 )
 
 // transport is the socket under a connState: a gnet connection (server.go)
-// or a TLS one (tls.go). Everything above it, parsing, serving, answering
-// and the limits and metrics of connections, is the same for both
-// (serve.go and this file).
+// or one served by goroutines of its own (stream.go): a TLS one (tls.go),
+// or a gnet one its client half-closed (halfclose.go). Everything above
+// it, parsing, serving, answering and the limits and metrics of
+// connections, is the same for all (serve.go and this file).
 type transport interface {
 	// wake asks for the queued answers to be written soon, by whoever
 	// writes this connection's socket (its event loop, its writer
@@ -34,12 +35,25 @@ type transport interface {
 	// cut itself off if the node is still over MaxUnsent
 	// (unsentLedger.shed picked it). It must not block.
 	recheck()
-	// peerClosed asks the kernel, without waiting, whether the client has
-	// closed its end (see peerGone).
-	peerClosed() bool
+	// peer asks the kernel, without waiting, whether the client has sent
+	// its FIN or is gone (see peerGone).
+	peer() peerState
 	// remoteAddr is the client's address, for log lines.
 	remoteAddr() string
 }
+
+// peerState is what the kernel says of a connection's client.
+type peerState uint8
+
+const (
+	peerOpen peerState = iota // nothing says it left
+	// peerFinished: it sent its FIN. It may have closed the connection or
+	// only its sending half (a piped request, nc); the kernel cannot tell
+	// which, and nor can the server until it writes: the first write to a
+	// closed end is answered by a reset.
+	peerFinished
+	peerGone // reset, or the descriptor is closed already
+)
 
 // connState is what the engine knows of one client connection.
 //
@@ -75,6 +89,20 @@ type connState struct {
 	cutOff bool
 	cutBy  limitKind
 
+	// The client's end of input (halfclose.go). answered counts the
+	// answers queued (every request gets exactly one); eof says the reader
+	// met the end of the client's input, after asked requests; finSeen
+	// that the client's FIN is in (eof, or the kernel said so, peerGone).
+	// provisional is the grants sent since the FIN, not known to have
+	// reached the client (a reset makes them grants for nobody, released);
+	// the first flushedGrants of them were handed to the socket by the
+	// last flush.
+	answered      uint64
+	eof           bool
+	finSeen       bool
+	provisional   []provisionalGrant
+	flushedGrants int
+
 	// writing is the size of the flush under way: answers taken from out
 	// that the socket has not taken yet. They count against
 	// MaxUnsentPerConn with out; a TLS connection's Write blocks while its
@@ -89,6 +117,9 @@ type connState struct {
 	// goroutine).
 	touched []*shard // shards that got commands from the input being served
 	authed  bool     // an H with the right secret was received (Node.secretHash)
+	// asked counts the request lines served; under mu once eof is set (it
+	// does not change after).
+	asked uint64
 	// listed counts the waiters ever added. Only the reader adds them
 	// (addWaiter), so it may read this without mu: an acquire that listed
 	// no waiter was answered on receipt.
@@ -122,13 +153,21 @@ func newConnState(t transport, adm *admission, m *nodeMetrics) *connState {
 // answers held by the shard applying an entry, when that is who sends: the
 // shard writes them when the entry is done (heldAnswers.write); nil asks
 // the socket's writer (wake).
-func (cs *connState) send(r *codec.Response, h *heldAnswers) {
+func (cs *connState) send(r *codec.Response, h *heldAnswers) { cs.sendGrant(r, h, nil) }
+
+// sendGrant is send, for a grant g when g is not nil: after the client's
+// FIN, g is kept as provisional (halfclose.go).
+func (cs *connState) sendGrant(r *codec.Response, h *heldAnswers, g *provisionalGrant) {
 	cs.mu.Lock()
 	if cs.closed {
 		cs.mu.Unlock()
 		return
 	}
+	if g != nil && cs.finSeen {
+		cs.provisional = append(cs.provisional, *g)
+	}
 	cs.m.answered(r.Op, r.Status, r.Code)
+	cs.answered++
 	cs.buffer().B = codec.AppendResponse(cs.out.B, r)
 	cs.unlockAndWake(h)
 }
@@ -142,6 +181,7 @@ func (cs *connState) sendParseError(r *codec.Request, perr *codec.ParseError, h 
 		return
 	}
 	cs.m.answered(codec.ParseErrorOp(r, perr), codec.StatusErr, bytesOf(perr.Code))
+	cs.answered++
 	cs.buffer().B = codec.AppendParseError(cs.out.B, r, perr)
 	cs.unlockAndWake(h)
 }
@@ -264,6 +304,7 @@ func (cs *connState) flush(w io.Writer) (cutOff bool, err error) {
 	cs.out = nil
 	cs.flushBy = flushNone
 	cutOff = cs.cutOff
+	cs.flushedGrants = len(cs.provisional) // queued before, so in this flush or an earlier one
 	if buf != nil {
 		cs.writing.Store(int64(len(buf.B)))
 		cs.socketClear = false // until the writer has looked (flushed)
@@ -430,10 +471,12 @@ func (cs *connState) isClosed() bool {
 	return cs.closed
 }
 
-// peerGone reports whether the client has closed the connection, even if
-// its event loop has not read the close yet. Loops do not order events of
-// different connections, so a grant can land between a client's close and
-// OnClose; asking the kernel keeps that grant from going to nobody.
+// peerGone reports whether the client is gone, even if its event loop has
+// not seen it yet. Loops do not order events of different connections, so
+// a grant can land between a client's reset and OnClose; asking the kernel
+// keeps that grant from going to nobody. A client whose FIN is in is not
+// gone: it may still read (halfclose.go); that is noted (finSeen), so that
+// the grant sent to it is provisional.
 //
 // now is the time its applied entry was taken up: an entry granting
 // thousands of acquires to one connection asks the kernel once, not once
@@ -445,8 +488,13 @@ func (cs *connState) peerGone(now int64) bool {
 	if cs.alivePolledAt.Load() == now {
 		return false
 	}
-	if cs.t.peerClosed() {
+	switch cs.t.peer() {
+	case peerGone:
 		return true
+	case peerFinished:
+		cs.mu.Lock()
+		cs.finSeen = true
+		cs.mu.Unlock()
 	}
 	cs.alivePolledAt.Store(now)
 	return false

@@ -36,7 +36,7 @@ func (c *socketConn) writeNow(b []byte) (int, bool) {
 }
 func (c *socketConn) cut()               {}
 func (c *socketConn) recheck()           {}
-func (c *socketConn) peerClosed() bool   { return false }
+func (c *socketConn) peer() peerState    { return peerOpen }
 func (c *socketConn) remoteAddr() string { return "test" }
 
 func ok(key string, token uint64) *codec.Response {

@@ -198,7 +198,7 @@ func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) 
 	ks := w.ks
 	live := !failed && !w.abandoned && !w.cs.peerGone(now)
 	if live {
-		w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token}, s.hold())
+		s.sendGrant(w, token, fresh) // provisional after the client's FIN (halfclose.go)
 		s.node.metrics.acquireGranted(w.received, now)
 	}
 	s.finish(w)

@@ -29,7 +29,9 @@ func (n *Node) openConn(t transport) *connState {
 // closeConn ends a connection that openConn admitted, once its transport is
 // done with it: it is counted out, a cut-off is logged as the limit hit,
 // and its unanswered acquires are abandoned: queued ones leave their
-// queues; one whose Grant is in flight is released as soon as it lands.
+// queues; one whose Grant is in flight is released as soon as it lands;
+// a grant sent after the client's FIN and not known to have reached it
+// (halfclose.go) is released.
 func (n *Node) closeConn(cs *connState) {
 	if limit, cut := cs.cutOffBy(); cut {
 		cs.adm.hits.hitBy(limit, cs.t.remoteAddr())
@@ -47,6 +49,7 @@ func (n *Node) closeConn(cs *connState) {
 		s.kickIfPending()
 		s.mu.Unlock()
 	}
+	n.releaseProvisional(cs)
 }
 
 // serveInput parses every complete line at the start of buf, serves each,
@@ -77,6 +80,7 @@ func (n *Node) serveLines(cs *connState, buf []byte) (used int, closeConn bool) 
 		if err != nil {
 			// The only framing error: a line over the limit. Answer and
 			// close, since where the next line starts is unknown.
+			cs.asked++
 			req = codec.Request{}
 			cs.sendParseError(&req, codec.ErrTooLong, nil)
 			return len(buf), true
@@ -85,6 +89,7 @@ func (n *Node) serveLines(cs *connState, buf []byte) (used int, closeConn bool) 
 			break
 		}
 		used += size
+		cs.asked++
 		if !n.serveLine(cs, line, &req, now) {
 			return len(buf), true
 		}

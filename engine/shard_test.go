@@ -24,7 +24,7 @@ func (fakeConn) wake()                       {}
 func (fakeConn) writeNow([]byte) (int, bool) { return 0, false }
 func (fakeConn) cut()                        {}
 func (fakeConn) recheck()                    {}
-func (fakeConn) peerClosed() bool            { return false }
+func (fakeConn) peer() peerState             { return peerOpen }
 func (fakeConn) remoteAddr() string          { return "test" }
 
 // testShard is a serving leader shard of a one-node cluster.

@@ -276,16 +276,11 @@ func TestTLSConnLimitAndCounts(t *testing.T) {
 
 // waitConns waits until ts has want connections past their handshake, and
 // returns them.
-func waitConns(t *testing.T, ts *tlsServer, want int) []*tlsConn {
+func waitConns(t *testing.T, ts *tlsServer, want int) []*streamConn {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		ts.mu.Lock()
-		var conns []*tlsConn
-		for tc := range ts.conns {
-			conns = append(conns, tc)
-		}
-		ts.mu.Unlock()
+		conns := ts.streams.list()
 		if len(conns) == want {
 			return conns
 		}

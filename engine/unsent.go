@@ -15,12 +15,12 @@ import (
 // buffer. A client that never reads makes the second grow with every
 // request it sends, so both are bounded per connection (MaxUnsentPerConn:
 // connState.unlockAndWake for the first, settle for the second), and the
-// second over every connection (MaxUnsent). A TLS connection has no
-// outbound buffer: what its socket has not taken is the write its writer
-// goroutine has under way and, while that blocks on the client, the
-// answers queued behind it; the ledger counts both (connState.queuedUnsent),
-// settled under the connection's mutex as answers are queued and after
-// each write.
+// second over every connection (MaxUnsent). A TLS connection (any stream
+// connection: stream.go) has no outbound buffer: what its socket has not
+// taken is the write its writer goroutine has under way and, while that
+// blocks on the client, the answers queued behind it; the ledger counts
+// both (connState.queuedUnsent), settled under the connection's mutex as
+// answers are queued and after each write.
 //
 // Past MaxUnsent the connections with the most unsent bytes are cut off.
 // (Leaving their requests unread instead would not bound anything: gnet
