@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -83,6 +84,14 @@ type Config struct {
 	// for each cycle, as the Go client sends (via client always does): the
 	// cost of owners is this run against one without.
 	Owners bool
+	// TLS, when set, makes every connection speak TLS configured by it (to
+	// a server's --tls-listen address), as client.WithTLS does; nil: plain
+	// TCP.
+	TLS *tls.Config
+	// Secret, when set, opens every connection with "H <secret>" (protocol
+	// 1.2), for a server started with --auth-file. A connection the server
+	// refuses fails the run's start.
+	Secret string
 	// Progress, when set, gets a line every second.
 	Progress io.Writer
 }
@@ -163,6 +172,11 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("rate %v: want 0 (closed loop) up to %d cycles/s", c.Rate, maxRate)
 	case c.FIFOSlack < 0:
 		return fmt.Errorf("fifo-slack %v: must not be negative", c.FIFOSlack)
+	}
+	if c.Secret != "" {
+		if err := codec.CheckSecret([]byte(c.Secret)); err != nil {
+			return fmt.Errorf("secret: %w", err)
+		}
 	}
 	if c.Lease == 0 {
 		switch c.Workload {

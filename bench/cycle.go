@@ -309,7 +309,7 @@ func runCycles(ctx context.Context, cfg *Config) (*Result, error) {
 		return runViaClient(ctx, cfg)
 	}
 	spec := cycleSpecs[cfg.Workload]
-	wires, err := dialAll(ctx, cfg.Addrs, cfg.Conns)
+	wires, err := dialAll(ctx, cfg, cfg.Conns)
 	if err != nil {
 		return nil, err
 	}

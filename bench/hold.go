@@ -130,7 +130,7 @@ func holdPhase(ctx context.Context, cfg *Config, wires []*wire, rec *recorder, o
 }
 
 func runHold(ctx context.Context, cfg *Config) (*Result, error) {
-	wires, err := dialAll(ctx, cfg.Addrs, cfg.Conns)
+	wires, err := dialAll(ctx, cfg, cfg.Conns)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +195,7 @@ func runHold(ctx context.Context, cfg *Config) (*Result, error) {
 		var dialErr error
 		for i := 0; i < cfg.IdleConns && dialErr == nil; i++ {
 			var w *wire
-			if w, dialErr = dialWire(dctx, cfg.Addrs[i%len(cfg.Addrs)]); dialErr == nil {
+			if w, dialErr = dialWire(dctx, cfg, cfg.Addrs[i%len(cfg.Addrs)]); dialErr == nil {
 				idle = append(idle, w)
 			}
 		}

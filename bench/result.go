@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/baton-dev/baton/codec"
 )
 
 // Result is the outcome of a run. Latencies are in microseconds, sizes in
@@ -152,6 +154,35 @@ type Percentile struct {
 // slow or erroring.
 func (r *Result) Failed() bool { return r.TokenViolations > 0 || r.FIFOViolations > 0 }
 
+// Faults lists the errors that make the run's figures untrustworthy, as
+// "kind count" sorted by kind (the report's form): every kind of Errors
+// but TIMEOUT and NOTHELD, which a workload can be answered by design (a
+// wait that runs out, a lease that did). An ERR answer, a disconnect, an
+// answer that never came, a MOVED (the run measured a node that does not
+// lead) is one. Empty when there are none.
+func (r *Result) Faults() []string {
+	return r.errorList(func(kind string) bool {
+		return kind != codec.StatusTimeout.String() && kind != codec.StatusNotHeld.String()
+	})
+}
+
+// errorList is Errors as "kind count", sorted by kind, of the kinds keep
+// accepts.
+func (r *Result) errorList(keep func(kind string) bool) []string {
+	kinds := make([]string, 0, len(r.Errors))
+	for k := range r.Errors {
+		if keep(k) {
+			kinds = append(kinds, k)
+		}
+	}
+	sort.Strings(kinds)
+	list := make([]string, len(kinds))
+	for i, k := range kinds {
+		list[i] = fmt.Sprintf("%s %d", k, r.Errors[k])
+	}
+	return list
+}
+
 func newResult(cfg *Config) *Result {
 	return &Result{
 		Workload: cfg.Workload,
@@ -240,17 +271,7 @@ func (r *Result) WriteText(w io.Writer) error {
 	if len(r.Errors) == 0 {
 		b.WriteString("none\n")
 	} else {
-		kinds := make([]string, 0, len(r.Errors))
-		for k := range r.Errors {
-			kinds = append(kinds, k)
-		}
-		sort.Strings(kinds)
-		for i, k := range kinds {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "%s %d", k, r.Errors[k])
-		}
+		b.WriteString(strings.Join(r.errorList(func(string) bool { return true }), ", "))
 		b.WriteString("\n")
 	}
 	for _, n := range r.Notes {

@@ -314,3 +314,28 @@ func TestExportedHistogram(t *testing.T) {
 		t.Fatalf("percentiles %+v", ps)
 	}
 }
+
+// TestFaults: every error kind makes a run fail but the answers a
+// workload gets by design, TIMEOUT and NOTHELD; the list reads as the
+// report's errors line.
+func TestFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		errors map[string]int64
+		want   string
+	}{
+		{"none", map[string]int64{}, ""},
+		{"waits and leases that ran out", map[string]int64{"TIMEOUT": 7, "NOTHELD": 1}, ""},
+		{"a refused secret", map[string]int64{"ERR auth": 16, "disconnect": 16, "unanswered": 256},
+			"ERR auth 16, disconnect 16, unanswered 256"},
+		{"mixed with expected ones", map[string]int64{"TIMEOUT": 3, "MOVED": 2, "ERR overloaded": 1, "stalled": 1},
+			"ERR overloaded 1, MOVED 2, stalled 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Result{Errors: tc.errors}
+			if got := strings.Join(r.Faults(), ", "); got != tc.want {
+				t.Fatalf("Faults() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"time"
 
@@ -38,13 +37,14 @@ const viaMergeEvery = 64
 func runViaClient(ctx context.Context, cfg *Config) (*Result, error) {
 	spec := cycleSpecs[cfg.Workload]
 	// client.New dials in the background; a server that cannot be reached
-	// at all is a failure to start, as in wire mode.
+	// at all, or refuses the TLS handshake or the secret, is a failure to
+	// start, as in wire mode.
 	for _, a := range cfg.Addrs {
-		nc, err := net.DialTimeout("tcp", a, dialTimeout)
+		w, err := dialWire(ctx, cfg, a)
 		if err != nil {
 			return nil, fmt.Errorf("cannot connect: %w", err)
 		}
-		_ = nc.Close()
+		_ = w.nc.Close()
 	}
 	clients := make([]*client.Client, cfg.Conns)
 	defer func() {
@@ -54,8 +54,15 @@ func runViaClient(ctx context.Context, cfg *Config) (*Result, error) {
 			}
 		}
 	}()
+	opts := []client.Option{client.WithDialTimeout(dialTimeout)}
+	if cfg.TLS != nil {
+		opts = append(opts, client.WithTLS(cfg.TLS))
+	}
+	if cfg.Secret != "" {
+		opts = append(opts, client.WithSecret(cfg.Secret))
+	}
 	for i := range clients {
-		c, err := client.New(cfg.Addrs, client.WithDialTimeout(dialTimeout))
+		c, err := client.New(cfg.Addrs, opts...)
 		if err != nil {
 			return nil, err
 		}

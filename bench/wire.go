@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/codec"
 )
 
@@ -26,6 +27,7 @@ const (
 // own goroutine touches in and out; the controller touches nc alone
 // (deadlines, Close), which net.Conn allows concurrently.
 type wire struct {
+	cfg    *Config // its TLS and secret, for a redial
 	addr   string
 	nc     net.Conn
 	in     *codec.LineReader
@@ -38,20 +40,31 @@ type wire struct {
 // costs one read syscall per batch, not per line.
 const inBufSize = 64 << 10
 
-func dialWire(ctx context.Context, addr string) (*wire, error) {
+// dialWire opens a connection to addr as cfg says: TCP, or TLS (cfg.TLS),
+// then H (cfg.Secret), as package client opens its own (client.Open).
+func dialWire(ctx context.Context, cfg *Config, addr string) (*wire, error) {
 	d := net.Dialer{Timeout: dialTimeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	return &wire{addr: addr, nc: nc, in: codec.NewLineReader(inBufSize)}, nil
+	in := codec.NewLineReader(inBufSize)
+	if cfg.TLS != nil || cfg.Secret != "" {
+		octx, cancel := context.WithTimeout(ctx, dialTimeout)
+		nc, err = client.Open(octx, nc, addr, cfg.TLS, cfg.Secret, in)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &wire{cfg: cfg, addr: addr, nc: nc, in: in}, nil
 }
 
-// dialAll opens n connections spread round-robin over addrs, or none.
-func dialAll(ctx context.Context, addrs []string, n int) ([]*wire, error) {
+// dialAll opens n connections spread round-robin over cfg.Addrs, or none.
+func dialAll(ctx context.Context, cfg *Config, n int) ([]*wire, error) {
 	ws := make([]*wire, 0, n)
 	for i := range n {
-		w, err := dialWire(ctx, addrs[i%len(addrs)])
+		w, err := dialWire(ctx, cfg, cfg.Addrs[i%len(cfg.Addrs)])
 		if err != nil {
 			closeAll(ws)
 			return nil, fmt.Errorf("cannot connect: %w", err)
@@ -70,7 +83,7 @@ func closeAll(ws []*wire) {
 // redial replaces a broken connection with a fresh one to the same address.
 func (w *wire) redial(ctx context.Context) error {
 	_ = w.nc.Close()
-	fresh, err := dialWire(ctx, w.addr)
+	fresh, err := dialWire(ctx, w.cfg, w.addr)
 	if err != nil {
 		return err
 	}

@@ -46,11 +46,23 @@ func checkSecret(secret string) error {
 	return nil
 }
 
-// open turns a new connection to addr into a session: TLS handshake, then
-// H. Both are bounded by ctx. On error nc is closed.
+// open turns a new connection to addr into a session (Open).
 func (cl *Client) open(ctx context.Context, nc net.Conn, addr string, lr *codec.LineReader) (net.Conn, error) {
-	if cl.opts.tls != nil {
-		cfg := cl.opts.tls
+	return Open(ctx, nc, addr, cl.opts.tls, cl.opts.secret, lr)
+}
+
+// Open turns nc, a new connection to addr, into a session as a Client does
+// with its own connections: the TLS handshake when tlsCfg is set (when its
+// ServerName is empty, the host of addr is the name the server's
+// certificate must carry), then "H <secret>" when secret is set, both
+// bounded by ctx. It returns the connection to speak the protocol on (the
+// TLS one over nc, or nc). It is for programs that speak the protocol
+// themselves, such as the load generator (package bench); lr is the reader
+// they go on reading the answers with. A server that refuses the secret
+// makes an error matching ErrAuth. On error nc is closed.
+func Open(ctx context.Context, nc net.Conn, addr string, tlsCfg *tls.Config, secret string, lr *codec.LineReader) (net.Conn, error) {
+	if tlsCfg != nil {
+		cfg := tlsCfg
 		if cfg.ServerName == "" {
 			cfg = cfg.Clone()
 			cfg.ServerName, _, _ = net.SplitHostPort(addr)
@@ -62,10 +74,10 @@ func (cl *Client) open(ctx context.Context, nc net.Conn, addr string, lr *codec.
 		}
 		nc = tc
 	}
-	if cl.opts.secret == "" {
+	if secret == "" {
 		return nc, nil
 	}
-	if err := hello(ctx, nc, addr, cl.opts.secret, lr); err != nil {
+	if err := hello(ctx, nc, addr, secret, lr); err != nil {
 		_ = nc.Close()
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/bench"
+	"github.com/baton-dev/baton/codec"
 )
 
 const benchUsage = `baton bench: drive load against baton servers over the wire protocol and
@@ -111,18 +112,25 @@ Flags:
   --quiet            no progress lines (they go to stderr, one a second)
   --help             show this text
 
+TLS and the secret (protocol 1.2), for every connection, as the lock
+commands have them:
+` + securityHelp + `
 The first SIGINT or SIGTERM ends the run early (outstanding requests are
 awaited for up to 5s, hold still releases its locks) and prints what was
 measured; a second one exits at once.
 
-Exit status: 0 done; 1 could not connect, or the server broke a promise
-the run checks (a key granted a token not greater than before, or a grant
-out of FIFO order); 2 bad flags; 130 interrupted (after printing what was
-measured).
+Exit status: 0 done; 1 could not connect (a refused TLS handshake or
+secret included), the server broke a promise the run checks (a key granted
+a token not greater than before, or a grant out of FIFO order), or the run
+had errors (an ERR or MOVED answer, a disconnect, a request left
+unanswered: anything in the report's errors line but TIMEOUT and NOTHELD),
+said in one line on stderr after the report; 2 bad flags; 130 interrupted
+(after printing what was measured).
 `
 
 type benchOpts struct {
 	cfg      bench.Config
+	security securityOpts // made into cfg.TLS and cfg.Secret by runBench
 	addr     string
 	pid      int
 	jsonPath string
@@ -162,6 +170,7 @@ func benchFlags(o *benchOpts, wait *waitFlag, getenv func(string) string) *flag.
 	fs.StringVar(&o.jsonPath, "json", "", "")
 	fs.StringVar(&o.plotPath, "plot", "", "")
 	fs.BoolVar(&o.quiet, "quiet", false, "")
+	securityFlags(fs, &o.security, getenv)
 	return fs
 }
 
@@ -231,6 +240,15 @@ func runBench(e env, args []string) int {
 		fmt.Fprintf(e.stderr, "baton bench: %v (see baton bench --help)\n", err)
 		return exitBadUsage
 	}
+	// As dial does for the lock commands: a file that cannot be read is a
+	// failure, not bad usage.
+	if o.cfg.Secret, err = o.security.secret(); err == nil {
+		o.cfg.TLS, err = o.security.tlsConfig()
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "baton bench: %v\n", err)
+		return exitFailed
+	}
 	summary := e.stdout
 	if o.jsonPath == "-" {
 		summary = e.stderr
@@ -273,6 +291,16 @@ func runBench(e env, args []string) int {
 	if res.Failed() {
 		fmt.Fprintf(e.stderr, "baton bench: the server broke its promises: %d token order violations, %d FIFO order violations\n",
 			res.TokenViolations, res.FIFOViolations)
+		return exitFailed
+	}
+	if faults := res.Faults(); len(faults) > 0 {
+		// Figures of a run that lost requests measure something else than
+		// the server's service: a script must not take them for a result.
+		hint := ""
+		if _, ok := res.Errors["ERR "+codec.CodeAuth]; ok {
+			hint = " (the server wants its shared secret: --auth-file or BATON_AUTH)"
+		}
+		fmt.Fprintf(e.stderr, "baton bench: the run had errors: %s%s\n", strings.Join(faults, ", "), hint)
 		return exitFailed
 	}
 	return exitOK

@@ -132,3 +132,53 @@ func TestBenchRealNodeOtherModes(t *testing.T) {
 		t.Errorf("cycles_per_sec %v at --rate 300", v)
 	}
 }
+
+// TestBenchSecuredNode: bench reaches a node that wants a secret and
+// serves TLS, with the flags and $BATON_AUTH of the lock commands, and a
+// run that the node refuses exits 1 with one line saying why, after its
+// report, instead of passing for a measurement.
+func TestBenchSecuredNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: skipped with -short")
+	}
+	t.Parallel()
+	const secret = "s3cret-for-bench"
+	ca := harness.NewCA(t, "bench-ca")
+	n := harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 2, Secret: secret, TLS: &harness.ServerTLS{Cert: ca.Issue("server")}})
+	authFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(authFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	short := []string{"--conns", "2", "--depth", "4", "--duration", "1s", "--warmup", "0", "--quiet"}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		says string // "" for a clean run (exit 0), else what the one line on stderr says (exit 1)
+	}{
+		{"auth-file", nil, []string{"--addr", n.ClientAddr, "--auth-file", authFile}, ""},
+		{"BATON_AUTH", map[string]string{"BATON_AUTH": secret}, []string{"--addr", n.ClientAddr}, ""},
+		{"TLS and secret", nil, []string{"--addr", n.TLSAddr, "--tls-ca", ca.File, "--auth-file", authFile}, ""},
+		{"TLS via client", map[string]string{"BATON_AUTH": secret}, []string{"--addr", n.TLSAddr, "--tls-ca", ca.File, "--via", "client"}, ""},
+		{"hold over TLS", map[string]string{"BATON_AUTH": secret},
+			[]string{"--addr", n.TLSAddr, "--tls-ca", ca.File, "--workload", "hold", "--hold", "100", "--idle-conns", "2", "--settle", "0"}, ""},
+		{"no secret", nil, []string{"--addr", n.ClientAddr}, "the run had errors: ERR auth "},
+		{"wrong secret", map[string]string{"BATON_AUTH": "wrong"}, []string{"--addr", n.ClientAddr}, "secret"},
+		{"TLS without the CA", map[string]string{"BATON_AUTH": secret}, []string{"--addr", n.TLSAddr, "--tls"}, "certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{"bench"}, tc.args...), short...)
+			code, out, errs := runArgs(t, tc.env, args...)
+			t.Logf("baton %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errs)
+			if tc.says == "" {
+				if code != exitOK || !strings.Contains(out, "errors       none") {
+					t.Fatalf("exit %d, want %d and no errors", code, exitOK)
+				}
+				return
+			}
+			if code != exitFailed || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, tc.says) {
+				t.Fatalf("exit %d, stderr %q; want %d and one line saying %q", code, errs, exitFailed, tc.says)
+			}
+		})
+	}
+}

@@ -74,8 +74,9 @@ Environment:
   BATON_HTTP   default node HTTP address for status and backup --http
                (otherwise 127.0.0.1:7780)
 
-TLS and the secret (protocol 1.2): the lock commands take --tls, --tls-ca,
---tls-cert, --tls-key, --tls-server-name and --auth-file (see their --help).
+TLS and the secret (protocol 1.2): the lock commands and bench take --tls,
+--tls-ca, --tls-cert, --tls-key, --tls-server-name and --auth-file (see
+their --help).
 
 Exit status: 0 success, 1 failure, 2 bad usage, 130 interrupted; some
 commands add their own (see their --help).

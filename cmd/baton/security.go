@@ -1,8 +1,8 @@
 package main
 
-// The access control and TLS flags of the lock commands (protocol 1.2):
-// --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name, --auth-file,
-// and $BATON_AUTH; what they make of the client.
+// The access control and TLS flags of the lock commands and of bench
+// (protocol 1.2): --tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name,
+// --auth-file, and $BATON_AUTH; what they make of the client.
 
 import (
 	"crypto/tls"
@@ -59,22 +59,12 @@ const securityHelp = `  --tls              speak TLS (to a server's --tls-listen
 // clientOptions turns the flags into the client's options.
 func (o *securityOpts) clientOptions() ([]client.Option, error) {
 	var opts []client.Option
-	switch {
-	case o.authFile != "":
-		data, err := os.ReadFile(o.authFile)
-		if err != nil {
-			return nil, fmt.Errorf("--auth-file: %w", err)
-		}
-		secret, err := codec.ParseSecret(data)
-		if err != nil {
-			return nil, fmt.Errorf("--auth-file %s: %w", o.authFile, err)
-		}
-		opts = append(opts, client.WithSecret(string(secret)))
-	case o.envSecret != "":
-		if err := codec.CheckSecret([]byte(o.envSecret)); err != nil {
-			return nil, fmt.Errorf("$BATON_AUTH: %w", err)
-		}
-		opts = append(opts, client.WithSecret(o.envSecret))
+	secret, err := o.secret()
+	if err != nil {
+		return nil, err
+	}
+	if secret != "" {
+		opts = append(opts, client.WithSecret(secret))
 	}
 	cfg, err := o.tlsConfig()
 	if err != nil {
@@ -84,6 +74,29 @@ func (o *securityOpts) clientOptions() ([]client.Option, error) {
 		opts = append(opts, client.WithTLS(cfg))
 	}
 	return opts, nil
+}
+
+// secret is the shared secret of --auth-file, else of $BATON_AUTH; "" for
+// none.
+func (o *securityOpts) secret() (string, error) {
+	switch {
+	case o.authFile != "":
+		data, err := os.ReadFile(o.authFile)
+		if err != nil {
+			return "", fmt.Errorf("--auth-file: %w", err)
+		}
+		secret, err := codec.ParseSecret(data)
+		if err != nil {
+			return "", fmt.Errorf("--auth-file %s: %w", o.authFile, err)
+		}
+		return string(secret), nil
+	case o.envSecret != "":
+		if err := codec.CheckSecret([]byte(o.envSecret)); err != nil {
+			return "", fmt.Errorf("$BATON_AUTH: %w", err)
+		}
+		return o.envSecret, nil
+	}
+	return "", nil
 }
 
 // tlsConfig is the client's TLS configuration, nil for none.
