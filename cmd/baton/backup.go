@@ -9,10 +9,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/backup"
@@ -39,6 +37,9 @@ renamed to FILE only once all of it has arrived and passed: a backup cut
 short or damaged on the way leaves FILE as it was. FILE is readable by its
 owner only: it holds every lock's key and owner.
 
+The secret goes to the node as "Authorization: Bearer" (a node with
+--auth-file wants it), and --tls speaks HTTPS (a node with --http-tls).
+
 Flags:
   -o, --output FILE  where to write the backup (required)
   --http ADDR        the node's --http address, host:port or an http:// URL
@@ -46,7 +47,7 @@ Flags:
   --timeout DURATION how long the whole backup may take; 0 for no limit
                      (default 10m)
   --json             print what was written as one JSON object
-  --help             show this text
+` + securityHelp + `  --help             show this text
 
 Exit status: 0 written; 1 the node could not be reached, refused, or sent
 a bad or incomplete backup, or FILE could not be written; 2 bad usage;
@@ -58,6 +59,7 @@ type backupOpts struct {
 	output  string
 	json    bool
 	timeout time.Duration
+	sec     securityOpts
 }
 
 func backupFlags(o *backupOpts, getenv func(string) string) *flag.FlagSet {
@@ -68,6 +70,7 @@ func backupFlags(o *backupOpts, getenv func(string) string) *flag.FlagSet {
 	fs.StringVar(&o.output, "output", "", "")
 	fs.DurationVar(&o.timeout, "timeout", defaultBackupTimeout, "")
 	fs.BoolVar(&o.json, "json", false, "")
+	securityFlags(fs, &o.sec, getenv)
 	return fs
 }
 
@@ -80,13 +83,12 @@ func runBackup(e env, args []string) int {
 	if o.output == "" {
 		return usageError(e, "backup", errors.New("-o FILE: where to write the backup"))
 	}
-	url, err := nodeURL(o.http, "/backup")
-	if err != nil {
+	if _, err := nodeURL(o.http, "/backup"); err != nil {
 		return usageError(e, "backup", err)
 	}
 	ctx, cancel := limited(e, o.timeout)
 	defer cancel()
-	parts, size, err := fetchBackup(ctx, url, o.output)
+	parts, size, err := fetchBackup(ctx, o.http, &o.sec, o.output)
 	if err != nil {
 		return failure(e, "backup", err)
 	}
@@ -102,27 +104,16 @@ func runBackup(e env, args []string) int {
 	return exitOK
 }
 
-// fetchBackup GETs the backup at url and writes it to path atomically: the
-// body goes through backup.Check into a temporary file beside path, which
-// replaces path only once the whole backup has arrived and passed.
-func fetchBackup(ctx context.Context, url, path string) (parts []backup.Part, size int64, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
+// fetchBackup GETs the backup of the node at addr and writes it to path
+// atomically: the body goes through backup.Check into a temporary file
+// beside path, which replaces path only once the whole backup has arrived
+// and passed.
+func fetchBackup(ctx context.Context, addr string, sec *securityOpts, path string) (parts []backup.Part, size int64, err error) {
+	resp, url, err := adminGet(ctx, addr, "/backup", sec)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		reason := strings.Join(strings.Fields(string(msg)), " ")
-		if resp.StatusCode == http.StatusNotFound {
-			reason = "no /backup here (a batond from before backups?)"
-		}
-		return nil, 0, fmt.Errorf("%s: %s: %s", url, resp.Status, reason)
-	}
 
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
 	if err != nil {

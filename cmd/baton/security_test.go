@@ -80,3 +80,53 @@ func TestTLSAndSecret(t *testing.T) {
 		t.Errorf("a bad $BATON_AUTH: exit %d, stderr %q", code, errs)
 	}
 }
+
+// TestAdminTLSAndSecret: status and backup against a node whose --http
+// wants the secret and speaks TLS (--http-tls): they send the secret of
+// --auth-file or $BATON_AUTH as a Bearer token and speak HTTPS with --tls-ca;
+// without the secret, or with a wrong one, they exit 1 with a reason.
+func TestAdminTLSAndSecret(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cret-for-the-admin"
+	ca := harness.NewCA(t, "server-ca")
+	n := harness.StartNode(t, harness.Bin(t), harness.Options{
+		Shards: 1, Secret: secret, HTTP: true, Args: []string{"--http-tls"},
+		TLS: &harness.ServerTLS{Cert: ca.Issue("server")},
+	})
+	authFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(authFile, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "node.backup")
+	withSecret := map[string]string{"BATON_HTTP": n.HTTPAddr, "BATON_AUTH": secret}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		code int
+		says string // in stdout on success, else in stderr
+	}{
+		{"status", withSecret, []string{"status", "--tls-ca", ca.File}, exitOK, "cluster version"},
+		{"status with --auth-file", map[string]string{"BATON_HTTP": n.HTTPAddr},
+			[]string{"status", "--tls-ca", ca.File, "--auth-file", authFile}, exitOK, "cluster version"},
+		{"backup", withSecret, []string{"backup", "-o", out, "--tls-ca", ca.File}, exitOK, "1 shards"},
+		{"status without the secret", map[string]string{"BATON_HTTP": n.HTTPAddr}, []string{"status", "--tls-ca", ca.File}, exitFailed, "--auth-file or BATON_AUTH"},
+		{"backup with a wrong secret", map[string]string{"BATON_HTTP": n.HTTPAddr, "BATON_AUTH": "wrong"},
+			[]string{"backup", "-o", out + "2", "--tls-ca", ca.File}, exitFailed, "refused the secret"},
+		{"status in plain HTTP", withSecret, []string{"status"}, exitFailed, "400"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runArgs(t, tc.env, tc.args...)
+			text := stdout
+			if tc.code != exitOK {
+				text = stderr
+			}
+			if code != tc.code || !strings.Contains(text, tc.says) {
+				t.Fatalf("baton %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(tc.args, " "), code, stdout, stderr, tc.code, tc.says)
+			}
+		})
+	}
+	if _, err := os.Stat(out + "2"); !os.IsNotExist(err) {
+		t.Fatalf("a refused backup left a file: %v", err)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -29,13 +28,16 @@ node, its version and uptime, whether it can serve or redirect every shard
 shard its leader, this node's role, the Raft term, the applied index, the
 locks held and the acquires waiting.
 
+The secret goes to the node as "Authorization: Bearer" (a node with
+--auth-file wants it), and --tls speaks HTTPS (a node with --http-tls).
+
 Flags:
   --http ADDR        the node's --http address, host:port or an http:// URL
                      (default $BATON_HTTP, else ` + defaultHTTPAddr + `)
   --timeout DURATION how long to wait for the node's answer (default 10s)
   --json             print the document as the node serves it (its fields
                      are in docs/protocol.md)
-  --help             show this text
+` + securityHelp + `  --help             show this text
 
 Exit status: 0 printed (a node that is not healthy too: see /healthz for a
 check); 1 the node could not be reached or did not answer a status;
@@ -46,6 +48,7 @@ type statusOpts struct {
 	http    string
 	json    bool
 	timeout time.Duration
+	sec     securityOpts
 }
 
 func statusFlags(o *statusOpts, getenv func(string) string) *flag.FlagSet {
@@ -54,6 +57,7 @@ func statusFlags(o *statusOpts, getenv func(string) string) *flag.FlagSet {
 	httpFlag(fs, &o.http, getenv)
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "")
 	fs.BoolVar(&o.json, "json", false, "")
+	securityFlags(fs, &o.sec, getenv)
 	return fs
 }
 
@@ -63,14 +67,13 @@ func runStatus(e env, args []string) int {
 	if _, code, done := parseCommand(e, "status", statusUsage, fs, args, 0, 0); done {
 		return code
 	}
-	url, err := nodeURL(o.http, "/status")
-	if err != nil {
+	if _, err := nodeURL(o.http, "/status"); err != nil {
 		return usageError(e, "status", err)
 	}
 
 	ctx, cancel := limited(e, o.timeout)
 	defer cancel()
-	body, err := fetchStatus(ctx, url)
+	body, url, err := fetchStatus(ctx, o.http, &o.sec)
 	if err != nil {
 		return failure(e, "status", err)
 	}
@@ -86,25 +89,19 @@ func runStatus(e env, args []string) int {
 	return exitOK
 }
 
-// fetchStatus GETs url and returns the body of a 200 answer.
-func fetchStatus(ctx context.Context, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+// fetchStatus GETs /status from the node at addr and returns the body, and
+// the URL it came from.
+func fetchStatus(ctx context.Context, addr string, sec *securityOpts) ([]byte, string, error) {
+	resp, url, err := adminGet(ctx, addr, "/status", sec)
 	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
+		return nil, url, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", url, err)
+		return nil, url, fmt.Errorf("%s: %v", url, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return body, nil
+	return body, url, nil
 }
 
 // printStatus writes doc for a person: the node, its peers, its shards.

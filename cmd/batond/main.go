@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -55,7 +56,13 @@ Flags:
                   (default 0, meaning 1 for a new data dir)
   --http ADDR     serve /metrics (Prometheus), /healthz, /status (JSON) and
                   /backup (the lock table, for baton backup) on ADDR, e.g.
-                  127.0.0.1:7780 (default off)
+                  127.0.0.1:7780 (default off). With --auth-file, /status,
+                  /backup and /debug/pprof/ answer only requests with
+                  "Authorization: Bearer <secret>"; /healthz and /metrics
+                  stay open
+  --http-tls      serve --http over TLS, with the certificate of the TLS
+                  client listener (--tls-cert, --tls-key; and with
+                  --tls-client-ca, only to clients with a certificate)
   --restore FILE  start a new cluster from a backup (baton backup): check
                   FILE whole, then write its locks into DIR before Raft
                   starts, with token counters in the next restore epoch
@@ -166,6 +173,7 @@ type options struct {
 	data          string
 	shards        int
 	http          string
+	httpTLS       bool
 	raftListen    string
 	rtt           time.Duration
 	snapEvery     uint64
@@ -250,6 +258,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
 		return exitFailed
 	}
+	if opts.httpTLS {
+		if opts.http == "" || cfg.TLS == nil {
+			fmt.Fprintf(stderr, "batond: --http-tls needs --http, and --tls-cert and --tls-key for its certificate\n")
+			return exitBadUsage
+		}
+		httpLn = tls.NewListener(httpLn, cfg.TLS.Clone())
+	}
 	node, err := engine.Start(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "batond: %s\n", oneLine(err))
@@ -296,6 +311,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.data, "data", engine.DefaultDataDir, "")
 	fs.IntVar(&o.shards, "shards", 0, "")
 	fs.StringVar(&o.http, "http", "", "")
+	fs.BoolVar(&o.httpTLS, "http-tls", false, "")
 	fs.StringVar(&o.raftListen, "raft-listen", "", "")
 	fs.DurationVar(&o.rtt, "rtt", engine.DefaultRTT, "")
 	fs.Uint64Var(&o.snapEvery, "snapshot-entries", engine.DefaultSnapshotEntries, "")

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,6 +201,72 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// TestHTTPSecret: with --auth-file, the HTTP endpoints that show the lock
+// table or the topology, or cost CPU, need the secret as a Bearer token;
+// /healthz and /metrics do not. With --http-tls they are served over TLS
+// with the client listener's certificate, and plain HTTP is not.
+func TestHTTPSecret(t *testing.T) {
+	t.Parallel()
+	const secret = "correct-horse-battery-staple"
+	ca := harness.NewCA(t, "baton-clients")
+	n := harness.StartNode(t, harness.Bin(t), harness.Options{
+		Shards: 1, Secret: secret, HTTP: true, Args: []string{"--http-tls"},
+		TLS: &harness.ServerTLS{Cert: ca.Issue("server")},
+	})
+	httpsClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}}
+	get := func(t *testing.T, path, auth string) int {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, "https://"+n.HTTPAddr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := httpsClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		path string
+		open bool // served without the secret
+	}{
+		{"/healthz", true},
+		{"/metrics", true},
+		{"/status", false},
+		{"/backup", false},
+		{"/debug/pprof/", false},
+		{"/debug/pprof/symbol", false},
+	} {
+		t.Run(strings.TrimPrefix(tc.path, "/"), func(t *testing.T) {
+			want := http.StatusOK
+			if !tc.open {
+				want = http.StatusUnauthorized
+			}
+			for _, auth := range []string{"", "Bearer " + secret + "x", "Bearer", "Basic " + secret, secret} {
+				if got := get(t, tc.path, auth); got != want {
+					t.Errorf("GET %s with Authorization %q: %d, want %d", tc.path, auth, got, want)
+				}
+			}
+			if got := get(t, tc.path, "Bearer "+secret); got != http.StatusOK {
+				t.Errorf("GET %s with the secret: %d, want 200", tc.path, got)
+			}
+		})
+	}
+	// Plain HTTP on the TLS port gets no page.
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + n.HTTPAddr + "/healthz")
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP on an --http-tls port answered 200")
+		}
+	}
+}
+
 // TestSecurityFlagsRefused: settings that cannot work stop batond at
 // start, with a reason that names the flag.
 func TestSecurityFlagsRefused(t *testing.T) {
@@ -231,6 +298,9 @@ func TestSecurityFlagsRefused(t *testing.T) {
 		{"client CA without listener", []string{"--tls-client-ca", ca.File}, []string{"--tls-cert"}},
 		{"key of another certificate", []string{"--tls-listen", tlsAddr, "--tls-cert", cert.CertFile, "--tls-key", ca.Issue("x").KeyFile},
 			[]string{"--tls-key"}},
+		{"HTTP TLS without a certificate", []string{"--http", harness.FreeAddr(t), "--http-tls"}, []string{"--http-tls", "--tls-cert"}},
+		{"HTTP TLS without --http", []string{"--http-tls", "--tls-listen", tlsAddr, "--tls-cert", cert.CertFile, "--tls-key", cert.KeyFile},
+			[]string{"--http-tls", "--http"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
