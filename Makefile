@@ -49,6 +49,25 @@ test: $(STATICCHECK)
 	# tools/compare is a module of its own (etcd and Redis clients stay out
 	# of baton's), so ./... does not reach it.
 	cd tools/compare && $(GO) vet ./... && $(GO) test ./...
+	$(MAKE) --no-print-directory python-test
+
+# The Python client (python/): mypy --strict, ruff and its tests (which build
+# batond and run it), in python/.venv, made on first use with pinned tools
+# from PyPI. pytest's exit status 5 (no tests collected) fails too.
+PYTHON      ?= python3
+PY_VENV     := python/.venv
+PY_TOOLS    := pytest==8.3.4 mypy==1.13.0 ruff==0.8.4
+
+$(PY_VENV)/.installed: python/pyproject.toml
+	test -x $(PY_VENV)/bin/python || $(PYTHON) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/python -m pip install -q $(PY_TOOLS) -e ./python
+	touch $@
+
+.PHONY: python-test
+python-test: $(PY_VENV)/.installed
+	cd python && .venv/bin/mypy --strict src
+	cd python && .venv/bin/ruff check .
+	cd python && GO="$(GO)" .venv/bin/pytest -q
 
 # cmd/ and tools/ hold only end-to-end tests, whose TestMain would build
 # batond for nothing.

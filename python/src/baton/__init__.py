@@ -1,0 +1,37 @@
+"""baton: the official Python client of the baton distributed lock service.
+
+    import baton
+
+    with baton.Client(["10.0.0.1:7700", "10.0.0.2:7700"]) as client:
+        with client.lock("deploy/prod", lease=10.0) as lock:
+            ...  # kept alive while inside; released at exit
+"""
+
+from ._client import Client, Holder
+from ._errors import (
+    AcquireTimeout,
+    AuthError,
+    BatonError,
+    LockLost,
+    NotHeld,
+    ServerError,
+    Unavailable,
+)
+from ._lock import Lock
+from ._protocol import HEARTBEAT_KEY
+
+__all__ = [
+    "HEARTBEAT_KEY",
+    "AcquireTimeout",
+    "AuthError",
+    "BatonError",
+    "Client",
+    "Holder",
+    "Lock",
+    "LockLost",
+    "NotHeld",
+    "ServerError",
+    "Unavailable",
+]
+
+__version__ = "0.1.0"
