@@ -303,9 +303,12 @@ func testThreeNodeHostsSkipCommitOnlySyncs(t *testing.T, h *Harness) {
 		float64(synced)/proposals, float64(unsynced)/proposals)
 	// Each proposal is one synced save of its entry on the leader (more
 	// proposals share one only if they come together, which sequential
-	// ones do not), and about one unsynced save of its commit index.
+	// ones do not), and about one unsynced save of its commit index. The
+	// slack is for the saves of a term or vote when a loaded machine
+	// delays a heartbeat (211 for 200 seen once with +10); a store that
+	// synced the commit index too would make about twice as many.
 	syncedAfter, unsyncedAfter := h.Saves(leader.factory.store())
-	if s := syncedAfter - syncedBefore; s > proposals+10 {
+	if s := syncedAfter - syncedBefore; s > proposals+proposals/10 {
 		t.Errorf("leader: %d synced saves for %d proposals", s, proposals)
 	}
 	if u := unsyncedAfter - unsyncedBefore; u < proposals/2 {
