@@ -58,7 +58,7 @@ func oldLocks(t *testing.T, c *harness.Conn) (held []backupLock, freed []string,
 		}
 	}
 	for shard := uint64(1); shard <= 4; shard++ {
-		key := keyOfShard(t, "bk/last/", shard)
+		key := keyOfShard(t, "bk/last/", shard, 4)
 		release(key, take(key, ""))
 	}
 	if len(maxToken) != 4 {
@@ -144,15 +144,15 @@ func settledToken(t *testing.T, c *harness.Conn, key string, deadline time.Time)
 	}
 }
 
-// keyOfShard is the first key prefix+N of shard (of 4).
-func keyOfShard(t *testing.T, prefix string, shard uint64) string {
+// keyOfShard is the first key prefix+N of shard (of shards).
+func keyOfShard(t *testing.T, prefix string, shard uint64, shards int) string {
 	t.Helper()
 	for i := range 1000 {
-		if k := fmt.Sprintf("%s%d", prefix, i); engine.ShardOf([]byte(k), 4) == shard {
+		if k := fmt.Sprintf("%s%d", prefix, i); engine.ShardOf([]byte(k), shards) == shard {
 			return k
 		}
 	}
-	t.Fatalf("no key %sN of shard %d", prefix, shard)
+	t.Fatalf("no key %sN of shard %d of %d", prefix, shard, shards)
 	return ""
 }
 
@@ -261,7 +261,7 @@ func TestBackupRestore(t *testing.T) {
 	}
 	keys := slices.Clone(freed)
 	for shard := uint64(1); shard <= 4; shard++ {
-		keys = append(keys, keyOfShard(t, "bk/new/", shard))
+		keys = append(keys, keyOfShard(t, "bk/new/", shard, 4))
 	}
 	for _, k := range keys {
 		tok := takeKey(t, c, k, "")

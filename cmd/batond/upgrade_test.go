@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/codec"
-	"github.com/baton-dev/baton/engine"
 	"github.com/baton-dev/baton/tools/chaos"
 	"github.com/baton-dev/baton/tools/harness"
 )
@@ -158,7 +157,7 @@ func TestRollingUpgrade(t *testing.T) {
 	var heldKeys []string
 	for shard := uint64(1); shard <= upgradeShards; shard++ {
 		for i := range 2 {
-			k := upgradeKey("up/held", shard, i)
+			k := keyOfShard(t, fmt.Sprintf("up/held/%d/", i), shard, upgradeShards)
 			f, _, err := ctl.roundTrip(fmt.Sprintf("A %s %d -1 owner-%s", k, heldLeaseMs, k))
 			if err != nil || len(f) != 4 || f[2] != "OK" {
 				t.Fatalf("acquire %s: %v %v", k, f, err)
@@ -184,7 +183,7 @@ func TestRollingUpgrade(t *testing.T) {
 	for i := range workers {
 		w := newUpgradeClient(i+1, addrs, rec)
 		for j := range upgradeKeysPerWorker {
-			w.keys = append(w.keys, upgradeKey(fmt.Sprintf("up/w%d", w.id), uint64(j%upgradeShards+1), j))
+			w.keys = append(w.keys, keyOfShard(t, fmt.Sprintf("up/w%d/%d/", w.id, j), uint64(j%upgradeShards+1), upgradeShards))
 		}
 		workers[i] = w
 		wg.Add(1)
@@ -539,17 +538,6 @@ func firstLine(s, prefix string) string {
 	return ""
 }
 
-// upgradeKey is the first key prefix/i/N of shard (of upgradeShards), so
-// that the load and the held locks cover every shard.
-func upgradeKey(prefix string, shard uint64, i int) string {
-	for n := range 1000 {
-		if k := fmt.Sprintf("%s/%d/%d", prefix, i, n); engine.ShardOf([]byte(k), upgradeShards) == shard {
-			return k
-		}
-	}
-	panic("no key of shard " + strconv.FormatUint(shard, 10))
-}
-
 // readUpgradeStatus GETs a node's /status.
 func readUpgradeStatus(n *harness.Node) (upgradeStatus, error) {
 	c := &http.Client{Timeout: 5 * time.Second}
@@ -605,29 +593,14 @@ func allAtVersion(nodes []*harness.Node, v int) (bool, string) {
 	return ok, strings.Join(got, "; ")
 }
 
-// waitHealthy waits until every node's /healthz answers 200: a leader is
-// known for every shard, the operator's signal to go on to the next node.
+// waitHealthy waits, within d for all, until every node's /healthz
+// answers 200: a leader is known for every shard, the operator's signal to
+// go on to the next node.
 func waitHealthy(t *testing.T, nodes []*harness.Node, d time.Duration) {
 	t.Helper()
-	c := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(d)
 	for _, n := range nodes {
-		for {
-			resp, err := c.Get("http://" + n.HTTPAddr + "/healthz")
-			last := fmt.Sprint(err)
-			if err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-				last = fmt.Sprintf("%s %q", resp.Status, body)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %d: /healthz not 200 after %v: %s", n.ID, d, last)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitHealthz(t, n, http.StatusOK, time.Until(deadline))
 	}
 }
 
