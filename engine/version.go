@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"time"
 
@@ -129,8 +128,7 @@ func (s *shard) levelApplied(h sm.Header) {
 		v := s.table.ClusterVersion()
 		s.stats.clusterVersion.Store(v)
 		if v > sm.FeatureLevel {
-			n.fail(fmt.Errorf("shard %d was raised to cluster version %d and this build supports up to %d: "+
-				"run a build of level %d or later (a cluster version is never lowered)", s.id, v, sm.FeatureLevel, v))
+			n.fail(sm.TooOld(s.id, v))
 		}
 	}
 }

@@ -68,8 +68,8 @@ func TestClusterVersionRaisedAndTooOld(t *testing.T) {
 	}
 	select {
 	case err := <-n.Failed():
-		if !strings.Contains(err.Error(), "cluster version 3") {
-			t.Fatalf("failed with %q, want the version named", err)
+		if !errors.Is(err, sm.ErrTooOld) || !strings.Contains(err.Error(), "cluster version 3") {
+			t.Fatalf("failed with %q, want ErrTooOld naming the version", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a raise above this build did not stop the node")

@@ -207,7 +207,7 @@ func (s *onDisk) Open(stopc <-chan struct{}) (uint64, error) {
 		return 0, err
 	}
 	if m.level > FeatureLevel {
-		return 0, tooOld(s.shard, m.level)
+		return 0, TooOld(s.shard, m.level)
 	}
 	t := newTable(s.shard, m.seq, 0)
 	t.fence = m.fence

@@ -343,7 +343,7 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 			return 0, nil, s.badSnapshot("version 4 of cluster version %d", t.level)
 		}
 		if t.level > FeatureLevel {
-			return 0, nil, tooOld(s.shard, t.level)
+			return 0, nil, TooOld(s.shard, t.level)
 		}
 	}
 

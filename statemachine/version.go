@@ -47,9 +47,11 @@ const levelNone = 1
 // FeatureLevel: this build cannot take part in that cluster any more.
 var ErrTooOld = errors.New("statemachine: cluster version above this build's")
 
-// tooOld is the one-line reason a build of FeatureLevel gives for not
-// taking part in a cluster of version v.
-func tooOld(shard, v uint64) error {
+// TooOld is the one-line reason, matching ErrTooOld, that a build of
+// FeatureLevel gives for not taking part any more in shard, at cluster
+// version v: at start (Open, StoredClusterVersion) and when a raise to v
+// applies (the engine).
+func TooOld(shard, v uint64) error {
 	return fmt.Errorf("%w: shard %d is at cluster version %d and this build supports up to %d; "+
 		"run a build of level %d or later (a cluster version is never lowered: see docs/operations.md, Upgrading)",
 		ErrTooOld, shard, v, FeatureLevel, v)
@@ -77,7 +79,7 @@ func StoredClusterVersion(db *pebble.DB) (uint64, error) {
 		return 0, fmt.Errorf("statemachine: scan metas: %w", err)
 	}
 	if v > FeatureLevel {
-		return v, tooOld(shard, v)
+		return v, TooOld(shard, v)
 	}
 	return v, nil
 }

@@ -12,15 +12,11 @@ import (
 	"strings"
 )
 
-// adminGet GETs path from the node at addr (host:port or a URL; https
-// when --tls or another TLS flag is given) with the secret, if any, as a
-// Bearer token, and returns the response of a 200. Any other status is an
-// error with the node's one-line reason. The caller closes the body.
-func adminGet(ctx context.Context, addr, path string, sec *securityOpts) (*http.Response, string, error) {
-	url, err := nodeURL(addr, path)
-	if err != nil {
-		return nil, "", err
-	}
+// adminGet GETs url (nodeURL's; https when --tls or another TLS flag is
+// given) with the secret, if any, as a Bearer token, and returns the
+// response of a 200 and the URL it asked. Any other status is an error
+// with the node's one-line reason. The caller closes the body.
+func adminGet(ctx context.Context, url string, sec *securityOpts) (*http.Response, string, error) {
 	cfg, err := sec.tlsConfig()
 	if err != nil {
 		return nil, url, err
@@ -57,7 +53,7 @@ func adminGet(ctx context.Context, addr, path string, sec *securityOpts) (*http.
 	reason := strings.Join(strings.Fields(string(msg)), " ")
 	switch resp.StatusCode {
 	case http.StatusNotFound:
-		reason = "no " + path + " here (a batond from before it?)"
+		reason = "no " + req.URL.Path + " here (a batond from before it?)"
 	case http.StatusUnauthorized:
 		if secret == "" {
 			reason = "the node wants its secret: --auth-file or BATON_AUTH"

@@ -83,12 +83,13 @@ func runBackup(e env, args []string) int {
 	if o.output == "" {
 		return usageError(e, "backup", errors.New("-o FILE: where to write the backup"))
 	}
-	if _, err := nodeURL(o.http, "/backup"); err != nil {
+	url, err := nodeURL(o.http, "/backup")
+	if err != nil {
 		return usageError(e, "backup", err)
 	}
 	ctx, cancel := limited(e, o.timeout)
 	defer cancel()
-	parts, size, err := fetchBackup(ctx, o.http, &o.sec, o.output)
+	parts, size, err := fetchBackup(ctx, url, &o.sec, o.output)
 	if err != nil {
 		return failure(e, "backup", err)
 	}
@@ -104,12 +105,12 @@ func runBackup(e env, args []string) int {
 	return exitOK
 }
 
-// fetchBackup GETs the backup of the node at addr and writes it to path
+// fetchBackup GETs the node's backup at url and writes it to path
 // atomically: the body goes through backup.Check into a temporary file
 // beside path, which replaces path only once the whole backup has arrived
 // and passed.
-func fetchBackup(ctx context.Context, addr string, sec *securityOpts, path string) (parts []backup.Part, size int64, err error) {
-	resp, url, err := adminGet(ctx, addr, "/backup", sec)
+func fetchBackup(ctx context.Context, url string, sec *securityOpts, path string) (parts []backup.Part, size int64, err error) {
+	resp, url, err := adminGet(ctx, url, sec)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -67,13 +67,14 @@ func runStatus(e env, args []string) int {
 	if _, code, done := parseCommand(e, "status", statusUsage, fs, args, 0, 0); done {
 		return code
 	}
-	if _, err := nodeURL(o.http, "/status"); err != nil {
+	url, err := nodeURL(o.http, "/status")
+	if err != nil {
 		return usageError(e, "status", err)
 	}
 
 	ctx, cancel := limited(e, o.timeout)
 	defer cancel()
-	body, url, err := fetchStatus(ctx, o.http, &o.sec)
+	body, url, err := fetchStatus(ctx, url, &o.sec)
 	if err != nil {
 		return failure(e, "status", err)
 	}
@@ -89,10 +90,10 @@ func runStatus(e env, args []string) int {
 	return exitOK
 }
 
-// fetchStatus GETs /status from the node at addr and returns the body, and
+// fetchStatus GETs the node's /status at url and returns the body, and
 // the URL it came from.
-func fetchStatus(ctx context.Context, addr string, sec *securityOpts) ([]byte, string, error) {
-	resp, url, err := adminGet(ctx, addr, "/status", sec)
+func fetchStatus(ctx context.Context, url string, sec *securityOpts) ([]byte, string, error) {
+	resp, url, err := adminGet(ctx, url, sec)
 	if err != nil {
 		return nil, url, err
 	}
