@@ -23,12 +23,21 @@ const (
 	// server that requires the shared secret. It names no key; its answers
 	// are "H - OK" and "H - ERR auth".
 	OpHello byte = 'H'
+	// OpCluster is "C -" (protocol 1.3): which members serve clients. Its
+	// answer is "C - OK <client_addr>[,<client_addr>...]", the voters'
+	// client addresses in priority order.
+	OpCluster byte = 'C'
+	// OpMember is "M - <verb> [<arg>...]" (protocol 1.3, docs/protocol.md):
+	// an operator's membership request (LIST, ADD, REMOVE, PRIORITY). Its
+	// answers are "M - OK [<value>...]", MOVED to the member that
+	// coordinates changes, or ERR.
+	OpMember byte = 'M'
 )
 
-// NumOps is the number of request ops (A, R, K, Q and H).
-const NumOps = 5
+// NumOps is the number of request ops (A, R, K, Q, H, C and M).
+const NumOps = 7
 
-// OpIndex maps a request op to 0..NumOps-1 (A, R, K, Q, H in that order) and
+// OpIndex maps a request op to 0..NumOps-1 (A, R, K, Q, H, C, M in that order) and
 // anything else to -1, so that tables kept per op can be arrays.
 func OpIndex(op byte) int {
 	switch op {
@@ -42,11 +51,16 @@ func OpIndex(op byte) int {
 		return 3
 	case OpHello:
 		return 4
+	case OpCluster:
+		return 5
+	case OpMember:
+		return 6
 	}
 	return -1
 }
 
-// HelloKey is what an answer to H carries in the key field.
+// HelloKey is what an answer to H carries in the key field, and the key
+// field of C and M, which are about the cluster and name no key.
 const HelloKey = "-"
 
 // Protocol limits.
@@ -80,13 +94,18 @@ const (
 // and are valid only as long as that input is: whoever keeps an owner past
 // the line (a waiter, the lock table) must copy it.
 type Request struct {
-	Op      byte   // OpAcquire, OpRelease, OpExtend, OpQuery or OpHello
-	Key     []byte // 1..MaxKey bytes, each > 0x20 and != 0x7f; nil for H
+	Op      byte   // OpAcquire, OpRelease, OpExtend, OpQuery, OpHello, OpCluster or OpMember
+	Key     []byte // 1..MaxKey bytes, each > 0x20 and != 0x7f; nil for H, "-" for C and M
 	LeaseMs uint32 // A and K: 1..MaxLeaseMs
 	WaitMs  int64  // A: WaitForever, WaitNone or 1..MaxWaitMs
 	Token   uint64 // R: 0 when absent; K: never 0
 	Owner   []byte // A: nil when absent, else 1..MaxOwner bytes with a key's byte rules
 	Secret  []byte // H: 1..MaxSecret bytes with a key's byte rules
+	// Args is, for M, the rest of the line after "M -": the verb and its
+	// arguments, spaces at either end dropped (never empty). Membership
+	// requests are rare and the server reads them apart (engine), so the
+	// codec does not split them further.
+	Args []byte
 }
 
 // ValidKey reports whether key is a well-formed key: 1..MaxKey bytes, none of

@@ -26,6 +26,10 @@ const (
 	// CodeAuth answers an H with the wrong secret, or any other first line
 	// on a server that requires one (protocol 1.2): "H - ERR auth".
 	CodeAuth = "auth"
+	// CodeRefused answers a membership request (M, protocol 1.3) that the
+	// cluster will not carry out as asked: unsafe, or another change is
+	// under way. Its text says why; nothing was changed.
+	CodeRefused = "refused"
 )
 
 // The errors of SplitLine and ParseRequest. Their Text goes on the wire after
@@ -39,8 +43,8 @@ var (
 
 	// ErrEmptyLine is a line with no fields at all.
 	ErrEmptyLine = &ParseError{CodeBadRequest, "empty line"}
-	// ErrBadOp is a first field that is not one of the letters A R K Q H.
-	ErrBadOp = &ParseError{CodeBadRequest, "op must be A, R, K, Q or H"}
+	// ErrBadOp is a first field that is not one of the letters A R K Q H C M.
+	ErrBadOp = &ParseError{CodeBadRequest, "op must be A, R, K, Q, H, C or M"}
 	// ErrMissingKey is a line with an op and nothing else.
 	ErrMissingKey = &ParseError{CodeBadRequest, "missing key"}
 	// ErrKeyTooLong is a key of more than MaxKey bytes.
@@ -71,6 +75,10 @@ var (
 	// ErrSecretByte is an H request whose secret has a control byte or DEL
 	// in it.
 	ErrSecretByte = &ParseError{CodeBadRequest, "secret must not contain control bytes or DEL"}
+	// ErrClusterKey is a C or M whose key field is not "-".
+	ErrClusterKey = &ParseError{CodeBadRequest, "C and M take the key -"}
+	// ErrMissingVerb is an M with nothing after its key.
+	ErrMissingVerb = &ParseError{CodeBadRequest, "missing member verb: LIST, ADD, REMOVE or PRIORITY"}
 	// ErrExtraField is a request with more fields than its op takes.
 	ErrExtraField = &ParseError{CodeBadRequest, "too many fields"}
 )

@@ -39,6 +39,10 @@ func ParseRequest(line []byte, r *Request) error {
 		return ErrKeyByte
 	}
 	r.Key = f[1]
+	switch r.Op {
+	case OpCluster, OpMember:
+		return parseClusterOp(&fs, line, r)
+	}
 
 	var ok bool
 	want := 2 // fields the op takes
@@ -111,6 +115,34 @@ func parseHello(fs *fields, r *Request) error {
 	return nil
 }
 
+// parseClusterOp checks the fields of "C -" and "M - <verb> [<arg>...]"
+// after the key, and sets r.Args of an M.
+func parseClusterOp(fs *fields, line []byte, r *Request) error {
+	switch {
+	case string(r.Key) != HelloKey:
+		return ErrClusterKey
+	case r.Op == OpCluster && fs.n > 2:
+		return ErrExtraField
+	case r.Op == OpMember && fs.n < 3:
+		return ErrMissingVerb
+	}
+	if r.Op == OpMember {
+		r.Args = trimSpaces(line[fs.end[1]:])
+	}
+	return nil
+}
+
+// trimSpaces drops the spaces at either end of b.
+func trimSpaces(b []byte) []byte {
+	for len(b) > 0 && b[0] == ' ' {
+		b = b[1:]
+	}
+	for len(b) > 0 && b[len(b)-1] == ' ' {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
 // parseLease parses a lease_ms: a decimal in 1..MaxLeaseMs.
 func parseLease(b []byte) (uint32, bool) {
 	v, ok := parseUint(b)
@@ -144,7 +176,8 @@ func parseWait(b []byte) (int64, bool) {
 // that is ParseRequest's job at the other end. A release with Token 0 is
 // written without a token, an acquire with an empty Owner without an owner
 // (a plain version 1 acquire); an Owner on any other op is not written,
-// since only A takes one. An H is written with its Secret and no key.
+// since only A takes one. An H is written with its Secret and no key, an M
+// with its Args after the key.
 func AppendRequest(dst []byte, r *Request) []byte {
 	if r.Op == OpHello {
 		dst = append(dst, OpHello, ' ')
@@ -173,6 +206,9 @@ func AppendRequest(dst []byte, r *Request) []byte {
 		dst = strconv.AppendUint(dst, r.Token, 10)
 		dst = append(dst, ' ')
 		dst = strconv.AppendUint(dst, uint64(r.LeaseMs), 10)
+	case OpMember:
+		dst = append(dst, ' ')
+		dst = append(dst, r.Args...)
 	}
 	return append(dst, '\n')
 }

@@ -66,6 +66,21 @@ func TestParseRequest(t *testing.T) {
 		{"A\tk 1 0", Request{}, ErrBadOp},
 		{"\x00", Request{}, ErrBadOp},
 
+		// C and M (protocol 1.3): the key "-"; M's verb and arguments as
+		// one field, spaces at either end dropped.
+		{"C -", Request{Op: 'C', Key: []byte("-")}, nil},
+		{"C  -  ", Request{Op: 'C', Key: []byte("-")}, nil},
+		{"C", Request{Op: 'C'}, ErrMissingKey},
+		{"C k", Request{Op: 'C', Key: []byte("k")}, ErrClusterKey},
+		{"C - x", Request{Op: 'C', Key: []byte("-")}, ErrExtraField},
+		{"M - LIST", Request{Op: 'M', Key: []byte("-"), Args: []byte("LIST")}, nil},
+		{"M -   REMOVE  4 FORCE  ", Request{Op: 'M', Key: []byte("-"), Args: []byte("REMOVE  4 FORCE")}, nil},
+		{"M - ADD 10.0.0.4:7701/10.0.0.4:7700", Request{Op: 'M', Key: []byte("-"), Args: []byte("ADD 10.0.0.4:7701/10.0.0.4:7700")}, nil},
+		{"M - a b c d e f g h", Request{Op: 'M', Key: []byte("-"), Args: []byte("a b c d e f g h")}, nil},
+		{"M -", Request{Op: 'M', Key: []byte("-")}, ErrMissingVerb},
+		{"M -    ", Request{Op: 'M', Key: []byte("-")}, ErrMissingVerb},
+		{"M k LIST", Request{Op: 'M', Key: []byte("k")}, ErrClusterKey},
+
 		// lease_ms.
 		{"A k 1 0", Request{Op: 'A', Key: []byte("k"), LeaseMs: 1}, nil},
 		{"A k 86400000 0", Request{Op: 'A', Key: []byte("k"), LeaseMs: MaxLeaseMs}, nil},
@@ -236,7 +251,7 @@ func TestValidOwner(t *testing.T) {
 func equalRequest(a, b *Request) bool {
 	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.LeaseMs == b.LeaseMs &&
 		a.WaitMs == b.WaitMs && a.Token == b.Token && bytes.Equal(a.Owner, b.Owner) &&
-		bytes.Equal(a.Secret, b.Secret)
+		bytes.Equal(a.Secret, b.Secret) && bytes.Equal(a.Args, b.Args)
 }
 
 // onWire is r reduced to the fields its op puts on the wire, which is what
@@ -253,6 +268,8 @@ func onWire(r Request) Request {
 		w.Token = r.Token
 	case OpExtend:
 		w.Token, w.LeaseMs = r.Token, r.LeaseMs
+	case OpMember:
+		w.Args = r.Args
 	case OpHello:
 		w.Key, w.Secret = nil, r.Secret
 	}
@@ -413,6 +430,9 @@ func TestAppendRequest(t *testing.T) {
 		// H: its secret, never a key.
 		{Request{Op: 'H', Secret: []byte("s3cret")}, "H s3cret\n"},
 		{Request{Op: 'H', Key: []byte("k"), Secret: []byte(secretMax)}, "H " + secretMax + "\n"},
+		// C and M: the key, and M's arguments as given.
+		{Request{Op: 'C', Key: []byte("-")}, "C -\n"},
+		{Request{Op: 'M', Key: []byte("-"), Args: []byte("PRIORITY 3,1,2")}, "M - PRIORITY 3,1,2\n"},
 	}
 	for _, tt := range tests {
 		got := AppendRequest([]byte("prefix|"), &tt.r)
@@ -435,7 +455,7 @@ func TestAppendParseError(t *testing.T) {
 		want string
 	}{
 		{"", "? - ERR badrequest empty line\n"},
-		{"x k", "? - ERR badrequest op must be A, R, K, Q or H\n"},
+		{"x k", "? - ERR badrequest op must be A, R, K, Q, H, C or M\n"},
 		{"H", "H - ERR badrequest missing secret\n"},
 		{"H a b", "H - ERR badrequest too many fields\n"},
 		{"H a\x01", "H - ERR badrequest secret must not contain control bytes or DEL\n"},

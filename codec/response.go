@@ -39,13 +39,13 @@ func (s Status) String() string {
 }
 
 // fits reports whether a response to op may have status s, per the
-// protocol's table: OK to A R K H, TIMEOUT to A, NOTHELD to R K, HELD and
-// FREE to Q, MOVED to any op but H, ERR to any op and to an unreadable line
-// ('?').
+// protocol's table: OK to A R K H C M, TIMEOUT to A, NOTHELD to R K, HELD
+// and FREE to Q, MOVED to A R K Q M, ERR to any op and to an unreadable
+// line ('?').
 func (s Status) fits(op byte) bool {
 	switch s {
 	case StatusOK:
-		return op == OpAcquire || op == OpRelease || op == OpExtend || op == OpHello
+		return op != OpQuery && isOp(op)
 	case StatusTimeout:
 		return op == OpAcquire
 	case StatusNotHeld:
@@ -53,7 +53,7 @@ func (s Status) fits(op byte) bool {
 	case StatusHeld, StatusFree:
 		return op == OpQuery
 	case StatusMoved:
-		return isKeyOp(op)
+		return isKeyOp(op) || op == OpMember
 	case StatusErr:
 		return isOp(op) || op == '?'
 	}
@@ -70,12 +70,14 @@ type Response struct {
 	RemainingMs uint64 // Q HELD
 	Owner       []byte // Q HELD: the grant's owner (protocol 1.1), nil when it has none
 	Addr        []byte // MOVED: host:port of the leader
+	Value       []byte // C OK and M OK: the rest of the line after OK, nil when there is none
 	Code        []byte // ERR: one-word code
 	Text        []byte // ERR: optional text
 }
 
 // AppendResponse appends r as a response line, LF included, to dst. Only the
-// fields r.Status uses are written: Token for A OK, Token, RemainingMs and
+// fields r.Status uses are written: Token for A OK, Value (when not empty)
+// for C OK and M OK, Token, RemainingMs and
 // Owner (when not empty) for HELD, Addr for MOVED, Code and Text (when not
 // empty) for ERR. An acquire's OK never carries the owner: the client that
 // sent it knows it. r is not validated, except that a Status outside the
@@ -88,9 +90,13 @@ func AppendResponse(dst []byte, r *Response) []byte {
 	switch r.Status {
 	case StatusOK:
 		dst = append(dst, "OK"...)
-		if r.Op == OpAcquire {
+		switch {
+		case r.Op == OpAcquire:
 			dst = append(dst, ' ')
 			dst = strconv.AppendUint(dst, r.Token, 10)
+		case (r.Op == OpCluster || r.Op == OpMember) && len(r.Value) > 0:
+			dst = append(dst, ' ')
+			dst = append(dst, r.Value...)
 		}
 	case StatusHeld:
 		dst = append(dst, "HELD "...)
@@ -126,7 +132,8 @@ func AppendResponse(dst []byte, r *Response) []byte {
 //
 // Every form of the protocol is accepted, and nothing else: the status must
 // fit the op, tokens are never 0, the MOVED address and the ERR code are one
-// word each, the key of an answer to H is "-", and the optional owner of
+// word each, the key of an answer to H, C or M is "-", the value of C OK or
+// M OK is the rest of the line (text without control bytes), and the optional owner of
 // HELD is a valid owner (ValidOwner;
 // anything else there is ErrRespValue, and r.Owner stays nil). The ERR text
 // is the rest of the line after the code, with the spaces around it dropped;
@@ -141,7 +148,7 @@ func ParseResponse(line []byte, r *Response) error {
 		return ErrRespOp
 	}
 	r.Op = f[0][0]
-	if fs.n < 2 || !ValidKey(f[1]) || r.Op == OpHello && string(f[1]) != HelloKey {
+	if fs.n < 2 || !ValidKey(f[1]) || (r.Op == OpHello || r.Op == OpCluster || r.Op == OpMember) && string(f[1]) != HelloKey {
 		return ErrRespKey
 	}
 	r.Key = f[1]
@@ -163,11 +170,21 @@ func ParseResponse(line []byte, r *Response) error {
 	want := 3 // fields the status takes
 	switch r.Status {
 	case StatusOK:
-		if r.Op == OpAcquire {
+		switch r.Op {
+		case OpAcquire:
 			want = 4
 			if r.Token, ok = parseToken(f[3]); !ok {
 				return ErrRespValue
 			}
+		case OpCluster, OpMember:
+			value := bytes.Trim(line[fs.end[2]:], " ")
+			if !isText(value) {
+				return ErrRespValue
+			}
+			if len(value) > 0 {
+				r.Value = value
+			}
+			return nil
 		}
 	case StatusHeld:
 		want = 5

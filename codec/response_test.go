@@ -8,7 +8,8 @@ import (
 func equalResponse(a, b *Response) bool {
 	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.Status == b.Status &&
 		a.Token == b.Token && a.RemainingMs == b.RemainingMs && bytes.Equal(a.Addr, b.Addr) &&
-		bytes.Equal(a.Code, b.Code) && bytes.Equal(a.Text, b.Text) && bytes.Equal(a.Owner, b.Owner)
+		bytes.Equal(a.Code, b.Code) && bytes.Equal(a.Text, b.Text) && bytes.Equal(a.Owner, b.Owner) &&
+		bytes.Equal(a.Value, b.Value)
 }
 
 func b(s string) []byte { return []byte(s) }
@@ -44,6 +45,12 @@ func TestResponseRoundTrip(t *testing.T) {
 		{Response{Op: 'H', Key: b("-"), Status: StatusOK}, "H - OK"},
 		{Response{Op: 'H', Key: b("-"), Status: StatusErr, Code: b("auth")}, "H - ERR auth"},
 		{Response{Op: 'H', Key: b("-"), Status: StatusErr, Code: b("badrequest"), Text: b("missing secret")}, "H - ERR badrequest missing secret"},
+		// Answers to C and M (protocol 1.3): OK with the rest of the line.
+		{Response{Op: 'C', Key: b("-"), Status: StatusOK, Value: b("127.0.0.1:7700,127.0.0.1:7710")}, "C - OK 127.0.0.1:7700,127.0.0.1:7710"},
+		{Response{Op: 'M', Key: b("-"), Status: StatusOK}, "M - OK"},
+		{Response{Op: 'M', Key: b("-"), Status: StatusOK, Value: b("1/voter/a:1/a:2/- 4/learner/b:1/b:2/b:3")}, "M - OK 1/voter/a:1/a:2/- 4/learner/b:1/b:2/b:3"},
+		{Response{Op: 'M', Key: b("-"), Status: StatusMoved, Addr: b("127.0.0.1:7710")}, "M - MOVED 127.0.0.1:7710"},
+		{Response{Op: 'M', Key: b("-"), Status: StatusErr, Code: b("refused"), Text: b("member 2 is the last voter")}, "M - ERR refused member 2 is the last voter"},
 	}
 	for _, tt := range tests {
 		got := AppendResponse(nil, &tt.r)
@@ -168,6 +175,13 @@ func TestParseResponseErrors(t *testing.T) {
 		{"H - MOVED h:1", ErrRespStatus},
 		{"H - OK 1", ErrRespExtraField},
 		{"H - ERR", ErrRespValue},
+		{"C k OK a:1", ErrRespKey},
+		{"M k OK", ErrRespKey},
+		{"C - MOVED h:1", ErrRespStatus},
+		{"C - TIMEOUT", ErrRespStatus},
+		{"M - FREE", ErrRespStatus},
+		{"C - OK a:1\x01", ErrRespValue},
+		{"M - MOVED", ErrRespValue},
 	}
 	for _, tt := range tests {
 		var r Response

@@ -76,7 +76,7 @@ func (fs *fields) split(line []byte) {
 
 // isOp reports whether c is a request op letter.
 func isOp(c byte) bool {
-	return isKeyOp(c) || c == OpHello
+	return isKeyOp(c) || c == OpHello || c == OpCluster || c == OpMember
 }
 
 // isKeyOp reports whether c is the op letter of a request about a key,

@@ -76,7 +76,7 @@ type shardStats struct {
 // Ops in series labels; opIndex maps an op letter to its place.
 const numOps = codec.NumOps
 
-var opLabels = [numOps + 1]string{"A", "R", "K", "Q", "H", "?"}
+var opLabels = [numOps + 1]string{"A", "R", "K", "Q", "H", "C", "M", "?"}
 
 // opIndex is codec.OpIndex, with numOps ("?") for anything else.
 func opIndex(op byte) int {
@@ -90,13 +90,15 @@ func opIndex(op byte) int {
 const numStatuses = int(codec.StatusErr) + 1
 
 // answerStatuses are the answers other than ERR the protocol has for each
-// op (MOVED for every op but H).
+// op (MOVED for every op but H and C).
 var answerStatuses = [numOps][]codec.Status{
 	{codec.StatusOK, codec.StatusTimeout, codec.StatusMoved},
 	{codec.StatusOK, codec.StatusNotHeld, codec.StatusMoved},
 	{codec.StatusOK, codec.StatusNotHeld, codec.StatusMoved},
 	{codec.StatusFree, codec.StatusHeld, codec.StatusMoved},
 	{codec.StatusOK},
+	{codec.StatusOK},
+	{codec.StatusOK, codec.StatusMoved},
 }
 
 // errCodes are the ERR codes counted by name; any other is "other".
