@@ -56,15 +56,19 @@ test: $(STATICCHECK)
 # from PyPI. pytest's exit status 5 (no tests collected) fails too.
 PYTHON      ?= python3
 PY_VENV     := python/.venv
-PY_TOOLS    := pytest==8.3.4 mypy==1.13.0 ruff==0.8.4
+PY_TOOLS    := pytest==8.3.4 pytest-asyncio==1.3.0 mypy==1.13.0 ruff==0.8.4
+# The stamp names the tools, so that a venv made with another list is brought
+# up to date (pip installs what is missing) instead of being trusted.
+PY_STAMP    := $(PY_VENV)/.installed-$(shell echo '$(PY_TOOLS)' | cksum | cut -d' ' -f1)
 
-$(PY_VENV)/.installed: python/pyproject.toml
+$(PY_STAMP): python/pyproject.toml
 	test -x $(PY_VENV)/bin/python || $(PYTHON) -m venv $(PY_VENV)
 	$(PY_VENV)/bin/python -m pip install -q $(PY_TOOLS) -e ./python
+	rm -f $(PY_VENV)/.installed*
 	touch $@
 
 .PHONY: python-test
-python-test: $(PY_VENV)/.installed
+python-test: $(PY_STAMP)
 	cd python && .venv/bin/mypy --strict src
 	cd python && .venv/bin/ruff check .
 	cd python && GO="$(GO)" .venv/bin/pytest -q

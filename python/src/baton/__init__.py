@@ -7,7 +7,7 @@
             ...  # kept alive while inside; released at exit
 """
 
-from ._client import Client, Holder
+from ._client import Client
 from ._errors import (
     AcquireTimeout,
     AuthError,
@@ -18,7 +18,7 @@ from ._errors import (
     Unavailable,
 )
 from ._lock import Lock
-from ._protocol import HEARTBEAT_KEY
+from ._protocol import HEARTBEAT_KEY, Holder
 
 __all__ = [
     "HEARTBEAT_KEY",

@@ -4,49 +4,43 @@ from __future__ import annotations
 
 import functools
 import os
-import random
 import ssl
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from types import TracebackType
 
-from ._conn import DIALING, UP, Call, ClientClosed, Conn, ConnDown
-from ._errors import (
-    AcquireTimeout,
-    AuthError,
-    BatonError,
-    NotHeld,
-    ServerError,
-    Unavailable,
-)
+from ._conn import Call, ClientClosed, Conn, ConnDown
+from ._core import Policy, Pool, Result, Retry, is_badrequest
+from ._errors import NotHeld, Unavailable
 from ._lock import Lock
 from ._protocol import (
+    ANSWER_TIMEOUT,
+    DEFAULT_DIAL_TIMEOUT,
+    REFRESH_INTERVAL,
+    RELEASE_RETRY,
+    RELEASE_WINDOW,
+    UNAVAILABLE_WINDOW,
+    AcquireRequest,
     Answer,
+    Holder,
+    check_extend_answer,
     check_key,
-    check_owner,
     check_owner_prefix,
     check_secret,
-    check_wait,
+    granted_token,
+    holder_from_answer,
     lease_ms,
-    new_owner,
+    members_from_answer,
+    parse_addresses,
+    pool_addresses,
+    release_result,
     request_line,
-    seconds_to_ms,
 )
 
 __all__ = ["Client", "Holder"]
-
-RELEASE_WINDOW = 5.0
-RELEASE_RETRY = 0.2
-UNAVAILABLE_WINDOW = 5.0
-MOVED_HOPS = 3
-BACKOFF_MIN = 0.025
-BACKOFF_MAX = 1.0
-MAX_CONNS = 64
-DEFAULT_DIAL_TIMEOUT = 5.0
 
 _clients: weakref.WeakSet[Client] = weakref.WeakSet()
 
@@ -59,48 +53,13 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """Who holds a key, as ``query`` reports it.
-
-    For an exclusive holder: ``token``, ``remaining`` (seconds), ``owner`` (or None),
-    ``holders`` 1 and ``permits`` 1. For shared holds (protocol 1.4) ``token``,
-    ``remaining`` and ``owner`` are None.
-    """
-
-    token: int | None
-    remaining: float | None
-    owner: str | None
-    holders: int = 1
-    permits: int = 1
-
-
-@dataclass(slots=True)
-class _Policy:
-    # Give up (Unavailable) when this deadline passes while retrying; None: never.
-    deadline: float | None
-    # Retry every failure this often instead of failing fast (releases).
-    steady: float = 0.0
-    # ERR unavailable is retried until this deadline (None: for ever).
-    unavailable_deadline: float | None = None
-    # Recomputes the line before each attempt (acquire's wait); may raise.
-    line: Callable[[], bytes] | None = None
-    # Runs, on the reader's thread, with the answer of an attempt its caller gave up.
-    on_abandoned: Callable[[Answer], None] | None = None
-
-
-@dataclass(slots=True)
-class _Result:
-    answer: Answer
-    ambiguous: bool  # an earlier attempt may have taken effect
-
-
 class Client:
     """A client of a baton cluster, safe to share between threads.
 
     It keeps one connection per address (two when given one address), sends requests
     round robin over the live ones, pipelined, and redials a lost one every 3 s in the
-    background. Use it as a context manager, or call ``close``.
+    background. It follows the cluster's membership (``C -``, protocol 1.3) where the
+    server has it. Use it as a context manager, or call ``close``.
     """
 
     def __init__(
@@ -112,28 +71,14 @@ class Client:
         owner_prefix: str = "",
         dial_timeout: float = DEFAULT_DIAL_TIMEOUT,
     ) -> None:
-        if isinstance(addresses, str):
-            addresses = [addresses]
-        uniq: list[str] = []
-        for a in addresses:
-            a = a.strip()
-            if not a or a in uniq:
-                continue
-            host, sep, port = a.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"bad server address {a!r}: want host:port")
-            uniq.append(a)
-        if not uniq:
-            raise ValueError("no server address")
-        if len(uniq) > MAX_CONNS // 2:
-            raise ValueError(f"{len(uniq)} server addresses: at most {MAX_CONNS // 2}")
+        uniq = parse_addresses(addresses)
         if secret is None:
             secret = os.environ.get("BATON_AUTH") or None
         self._secret = check_secret(secret) if secret is not None else None
         self._ssl_context = ssl_context
         self._owner_prefix = check_owner_prefix(owner_prefix)
         self._dial_timeout = dial_timeout
-        self._addresses = uniq if len(uniq) > 1 else uniq * 2
+        self._addresses = uniq
         self._closed = False
         self._start_pool()
         _clients.add(self)
@@ -143,19 +88,29 @@ class Client:
         self._mu = threading.Lock()
         self._changed = threading.Condition(self._mu)
         self._closing = threading.Event()
-        self._conns: list[Conn] = []
-        self._preferred: str | None = None
-        self._rr = 0
-        self._background: list[threading.Thread] = []
+        self._pool: Pool[Conn] = Pool()
+        # None: not known yet; False: the server answered C - with badrequest (before
+        # protocol 1.3), or not at all, so only the periodic refresh asks again.
+        self._refresh_supported: bool | None = None
+        self._refresh_now = threading.Event()
         with self._mu:
-            for a in self._addresses:
+            for a in pool_addresses(self._addresses):
                 self._add_conn_locked(a)
+        threading.Thread(target=self._refresher, name="baton-refresh", daemon=True).start()
+
+    @property
+    def _conns(self) -> list[Conn]:
+        return self._pool.conns
+
+    @property
+    def _preferred(self) -> str | None:
+        return self._pool.preferred
 
     def _reset_after_fork(self) -> None:
         # In the child: the parent's threads are gone and its locks may be held by
         # them. Drop our copies of the sockets (without shutting the parent's
         # sessions down) and start afresh.
-        for c in self._conns:
+        for c in self._pool.conns:
             c.forget()
         if self._closed:
             self._pid = os.getpid()
@@ -170,7 +125,7 @@ class Client:
 
     def _add_conn_locked(self, addr: str) -> Conn:
         c = Conn(self, addr)
-        self._conns.append(c)
+        self._pool.conns.append(c)
         c.start()
         return c
 
@@ -187,8 +142,9 @@ class Client:
             if self._closed:
                 return
             self._closed = True
-            conns = list(self._conns)
+            conns = list(self._pool.conns)
         self._closing.set()
+        self._refresh_now.set()
         for c in conns:
             c.drop()
         self._notify_change()
@@ -212,45 +168,24 @@ class Client:
     # --- the pool --------------------------------------------------------
 
     def _pick(self, target: str | None, avoid: str | None, deadline: float | None) -> Conn:
-        """A connection that is up: to target (a MOVED address), else to the preferred
-        node, else any, round robin; avoid is taken only when nothing else is up. Waits
-        while a candidate is being dialled."""
+        """A connection that is up (Pool.choose says which); waits while a candidate is
+        being dialled."""
         with self._changed:
             while True:
                 if self._closed:
                     raise ClientClosed("client closed")
-                if target is not None and not any(c.addr == target for c in self._conns):
-                    if len(self._conns) >= MAX_CONNS:
-                        raise Unavailable(f"MOVED to {target}: too many connections")
+                if target is not None and self._pool.needs_conn(target):
                     self._add_conn_locked(target)
-                want = target
-                if want is None and self._preferred != avoid:
-                    want = self._preferred
-                conn, dialing = None, False
-                if want is not None:
-                    conn, dialing = self._choose_locked(want, None)
-                if conn is None and target is None:
-                    conn, d2 = self._choose_locked(None, avoid)
-                    dialing = dialing or d2
-                    if conn is None and not dialing and avoid is not None:
-                        conn, dialing = self._choose_locked(None, None)
+                    self._refresh_now.set()  # MOVED named a node the client did not know
+                conn, dialing = self._pool.choose(target, avoid)
                 if conn is not None:
                     return conn
                 if not dialing:
-                    for c in self._conns:
-                        if (target is None or c.addr == target) and isinstance(
-                            c.last_error, AuthError
-                        ):
-                            raise c.last_error
                     if target is not None:
-                        for c in self._conns:
+                        for c in self._pool.conns:
                             if c.addr == target:
                                 c.redial_soon()
-                        raise _TargetDown(f"{target}, named by MOVED, is not reachable")
-                    reasons = sorted(
-                        {f"{c.addr}: {c.last_error or 'not connected yet'}" for c in self._conns}
-                    )
-                    raise Unavailable("cannot connect: " + "; ".join(reasons))
+                    raise self._pool.nothing_up(target)
                 timeout = 0.25
                 if deadline is not None:
                     timeout = min(timeout, deadline - time.monotonic())
@@ -258,75 +193,115 @@ class Client:
                         raise Unavailable("no connection came up in time")
                 self._changed.wait(timeout)
 
-    def _choose_locked(self, addr: str | None, avoid: str | None) -> tuple[Conn | None, bool]:
-        n = len(self._conns)
-        start = self._rr % n
-        self._rr += 1
-        dialing = False
-        for i in range(n):
-            c = self._conns[(start + i) % n]
-            if (addr is not None and c.addr != addr) or (avoid is not None and c.addr == avoid):
-                continue
-            if c.state == UP:
-                return c, False
-            if c.state == DIALING:
-                dialing = True
-        return None, dialing
-
     def _conn_count(self) -> int:
         with self._mu:
-            return len(self._conns)
+            return len(self._pool.live())
+
+    def _on_moved(self, target: str) -> None:
+        with self._mu:
+            self._pool.preferred = target
+
+    def _conn_gone(self, conn: Conn) -> None:
+        """A retired connection closed: it leaves the pool."""
+        with self._changed:
+            if conn in self._pool.conns:
+                self._pool.conns.remove(conn)
+            self._changed.notify_all()
+
+    # --- the address refresh (C -, protocol 1.3) ---------------------------
+
+    def _conn_up(self, conn: Conn) -> None:
+        if self._refresh_supported is not False:
+            self._refresh_now.set()
+
+    def _conn_lost(self, conn: Conn) -> None:
+        if self._refresh_supported is not False:
+            self._refresh_now.set()
+
+    def _refresher(self) -> None:
+        """Refreshes the address list from C - when asked (a connection came up or was
+        lost, MOVED named an unknown node) and every 30 s."""
+        closing, now_ev = self._closing, self._refresh_now
+        while not closing.is_set():
+            asked = now_ev.wait(REFRESH_INTERVAL)
+            now_ev.clear()
+            if closing.is_set():
+                return
+            if asked and self._refresh_supported is False:
+                continue
+            try:
+                self._refresh()
+            except BaseException:  # best effort: the next trigger tries again
+                pass
+
+    def _refresh(self) -> None:
+        try:
+            members = self._members(refresh=True)
+        except BaseException as e:
+            if is_badrequest(e) or isinstance(e, _NoAnswer):
+                self._refresh_supported = False
+            raise
+        self._refresh_supported = True
+        self._apply_members(members)
+
+    def _apply_members(self, members: list[str]) -> None:
+        if not members:
+            return
+        with self._changed:
+            if self._closed:
+                return
+            add, retire = self._pool.plan(members)
+            for a in add:
+                self._add_conn_locked(a)
+            for c in retire:
+                c.retire()
+            self._changed.notify_all()
+
+    def _members(self, refresh: bool) -> list[str]:
+        now = time.monotonic()
+        res = self._exchange(
+            "C",
+            "-",
+            request_line("C", "-"),
+            Policy(
+                deadline=now + ANSWER_TIMEOUT if refresh else None,
+                unavailable_deadline=now + UNAVAILABLE_WINDOW,
+                answer_timeout=ANSWER_TIMEOUT,
+            ),
+        )
+        return members_from_answer(res.answer)
+
+    def members(self) -> list[str]:
+        """The voters' client addresses, in priority order (``C -``, protocol 1.3). Raises
+        ServerError (code ``badrequest``) against a server older than 1.3."""
+        members = self._members(refresh=False)
+        self._refresh_supported = True
+        self._apply_members(members)
+        return members
 
     # --- the request loop ------------------------------------------------
 
-    def _exchange(self, op: str, key: str, line: bytes, policy: _Policy) -> _Result:
+    def _exchange(self, op: str, key: str, line: bytes, policy: Policy) -> Result:
         """Sends the request until it gets an answer other than MOVED and the errors the
-        policy retries. Every attempt sends the same request (an acquire's owner is the
-        same on every connection it tries)."""
+        policy retries (Retry decides). Every attempt sends the same request (an
+        acquire's owner is the same on every connection it tries)."""
         self._check_fork()
-        target: str | None = None
-        avoid: str | None = None
-        drops = 0
-        hops = 0
-        ambiguous = False
-        backoff = BACKOFF_MIN
-        last_error: BaseException | None = None
+        r = Retry(op, key, policy, self._conn_count, self._on_moved)
 
-        def pause() -> None:
-            nonlocal backoff
-            d = policy.steady
-            if d <= 0:
-                d = backoff / 2 + random.uniform(0, backoff / 2)
-                backoff = min(2 * backoff, BACKOFF_MAX)
-            if policy.deadline is not None:
-                left = policy.deadline - time.monotonic()
-                if left <= 0:
-                    give_up()
-                d = min(d, left)
-            if self._closing.wait(d):
+        def pause(d: float) -> None:
+            if d > 0 and self._closing.wait(d):
                 raise ClientClosed("client closed")
 
-        def give_up() -> None:
-            raise Unavailable(f"{op} {key}: no answer in time (last error: {last_error})")
-
         while True:
-            if policy.deadline is not None and time.monotonic() >= policy.deadline:
-                give_up()
+            r.check_deadline()
             try:
-                conn = self._pick(target, avoid, policy.deadline)
-            except _TargetDown as e:
-                last_error = e
-                target = avoid = None
-                pause()
-                continue
+                conn = self._pick(r.target, r.avoid, policy.deadline)
             except Unavailable as e:
-                if policy.steady <= 0:
+                if isinstance(e, ClientClosed):
                     raise
-                last_error = e
-                target = avoid = None
-                pause()
+                pause(r.on_pick_error(e))
                 continue
-            target = avoid = None
+            r.picked()
             if policy.line is not None:
                 line = policy.line()
             call = Call(op, key)
@@ -335,59 +310,28 @@ class Client:
                 conn.send(call, line)
             except ConnDown:
                 continue
-            self._wait_call(call)
+            self._wait_call(call, policy.answer_timeout)
             if call.error is not None:
-                err = call.error
-                if isinstance(err, (ClientClosed, AuthError)):
-                    raise err
-                last_error = err
-                ambiguous = True
-                drops += 1
-                if policy.steady > 0:
-                    pause()
-                elif drops >= self._conn_count():
-                    raise Unavailable(f"{op} {key}: {err}") from err
+                pause(r.on_lost(call.error))
                 continue
             ans = call.answer
             assert ans is not None
-            if ans.status == "MOVED" and ans.values:
-                target = ans.values[0]
-                with self._mu:
-                    self._preferred = target
-                last_error = BatonError(f"MOVED {target}")
-                hops += 1
-                if hops > MOVED_HOPS:
-                    pause()
-                continue
-            if ans.status == "ERR":
-                code = ans.values[0] if ans.values else ""
-                se = ServerError(code, ans.text)
-                if code != "unavailable" and not (code == "overloaded" and policy.steady > 0):
-                    raise se
-                last_error = se
-                ambiguous = True
-                if code == "unavailable":
-                    avoid = conn.addr
-                    ud = policy.unavailable_deadline
-                    if ud is not None and time.monotonic() >= ud and policy.steady <= 0:
-                        raise Unavailable(f"{op} {key}: {se}") from se
-                pause()
-                continue
-            return _Result(ans, ambiguous)
+            d = r.on_answer(ans, conn.addr)
+            if d is None:
+                return Result(ans, r.ambiguous)
+            pause(d)
 
-    def _wait_call(self, call: Call) -> None:
+    def _wait_call(self, call: Call, timeout: float | None = None) -> None:
         """Waits for the call's answer. If the caller is interrupted (KeyboardInterrupt,
         an exception from a signal handler), the call keeps its place in the pairing and
         its answer is handled by call.on_abandoned when it comes."""
+        end = None if timeout is None else time.monotonic() + timeout
         try:
-            while not call.done.wait(1.0):
-                pass
+            while not call.done.wait(1.0 if end is None else max(0.0, end - time.monotonic())):
+                if end is not None and time.monotonic() >= end:
+                    raise _NoAnswer(f"{call.op} {call.key}: no answer within {timeout} s")
         except BaseException:
-            if call.abandon():
-                raise
-            # The answer came meanwhile: hand it to the clean-up as well.
-            if call.answer is not None and call.on_abandoned is not None:
-                call.on_abandoned(call.answer)
+            call.give_up()
             raise
 
     def _in_background(self, fn: Callable[[], object]) -> None:
@@ -401,8 +345,8 @@ class Client:
         t.start()
 
     def _release_abandoned(self, key: str, ans: Answer) -> None:
-        if ans.op == "A" and ans.status == "OK" and ans.values and not self._closed:
-            token = int(ans.values[0])
+        token = granted_token(ans)
+        if token is not None and not self._closed:
             self._in_background(lambda: self._release(key, token))
 
     # --- requests ----------------------------------------------------------
@@ -422,46 +366,19 @@ class Client:
         (by default a fresh random one after the client's owner_prefix), which every retry
         of this acquire sends again.
         """
-        kraw = check_key(key)
-        lms = lease_ms(lease)
-        check_wait(wait)
-        explicit = owner is not None
-        own = owner if owner is not None else new_owner(self._owner_prefix)
-        oraw = check_owner(own)
-        wait_end = None if wait is None or wait == 0 else time.monotonic() + wait
-        sent_at = 0.0
-
-        def line() -> bytes:
-            nonlocal sent_at
-            sent_at = time.monotonic()
-            if wait == 0:
-                wms = -1
-            elif wait_end is None:
-                wms = 0
-            else:
-                left = wait_end - sent_at
-                if left <= 0:
-                    raise AcquireTimeout(f"acquire {key}: not granted within {wait} s")
-                wms = seconds_to_ms(left)
-            return request_line("A", kraw, lms, wms, oraw)
-
-        policy = _Policy(
+        req = AcquireRequest(key, lease, wait, owner, self._owner_prefix)
+        policy = Policy(
             deadline=None,
-            unavailable_deadline=wait_end if wait != 0 else time.monotonic(),
-            line=line,
+            unavailable_deadline=req.unavailable_deadline,
+            line=req.line,
             on_abandoned=lambda ans: self._release_abandoned(key, ans),
         )
-        may_be_old = explicit
+        may_be_old = req.explicit_owner
         while True:
             res = self._exchange("A", key, b"", policy)
-            ans = res.answer
-            if ans.status == "TIMEOUT":
-                raise AcquireTimeout(f"acquire {key}: not granted in time")
-            if ans.status != "OK" or not ans.values:
-                raise BatonError(f"acquire {key}: unexpected answer {ans.status}")
-            token = int(ans.values[0])
+            token = req.token(res.answer)
             if not may_be_old and not res.ambiguous:
-                return Lock(self, key, token, own, lease, sent_at)
+                return Lock(self, key, token, req.owner, lease, req.sent_at)
             # The grant may be older than the last attempt (an earlier attempt got it, or
             # the caller's owner held the key before): renew it so that its lease is known.
             renewed = time.monotonic()
@@ -473,7 +390,7 @@ class Client:
             except BaseException:
                 self._in_background(functools.partial(self._release, key, token))
                 raise
-            return Lock(self, key, token, own, lease, renewed)
+            return Lock(self, key, token, req.owner, lease, renewed)
 
     @contextmanager
     def lock(
@@ -503,31 +420,23 @@ class Client:
             "R",
             key,
             request_line("R", key.encode(), token),
-            _Policy(deadline=now + RELEASE_WINDOW, steady=RELEASE_RETRY),
+            Policy(deadline=now + RELEASE_WINDOW, steady=RELEASE_RETRY),
         )
-        if res.answer.status == "OK":
-            return True
-        if res.answer.status == "NOTHELD":
-            return res.ambiguous
-        raise BatonError(f"release {key}: unexpected answer {res.answer.status}")
+        return release_result(key, res.answer, res.ambiguous)
 
     def _extend(self, key: str, token: int, lease: float, deadline: float | None = None) -> None:
         lms = lease_ms(lease)
-        now = time.monotonic()
-        window = now + UNAVAILABLE_WINDOW
+        window = time.monotonic() + UNAVAILABLE_WINDOW
         res = self._exchange(
             "K",
             key,
             request_line("K", key.encode(), token, lms),
-            _Policy(
+            Policy(
                 deadline=deadline,
                 unavailable_deadline=window if deadline is None else min(window, deadline),
             ),
         )
-        if res.answer.status == "NOTHELD":
-            raise NotHeld(f"extend {key}: token {token} no longer holds the key")
-        if res.answer.status != "OK":
-            raise BatonError(f"extend {key}: unexpected answer {res.answer.status}")
+        check_extend_answer(key, token, res.answer)
 
     def query(self, key: str) -> Holder | None:
         """The committed state of key: None when free, else a Holder."""
@@ -536,19 +445,10 @@ class Client:
             "Q",
             key,
             request_line("Q", kraw),
-            _Policy(deadline=None, unavailable_deadline=time.monotonic() + UNAVAILABLE_WINDOW),
+            Policy(deadline=None, unavailable_deadline=time.monotonic() + UNAVAILABLE_WINDOW),
         )
-        ans = res.answer
-        if ans.status == "FREE":
-            return None
-        if ans.status == "HELD" and len(ans.values) >= 2:
-            owner = ans.values[2] if len(ans.values) > 2 else None
-            return Holder(int(ans.values[0]), int(ans.values[1]) / 1000.0, owner)
-        if ans.status == "SHARED" and len(ans.values) >= 2:
-            return Holder(None, None, None, int(ans.values[0]), int(ans.values[1]))
-        raise BatonError(f"query {key}: unexpected answer {ans.status}")
+        return holder_from_answer(key, res.answer)
 
 
-class _TargetDown(Unavailable):
-    pass
-
+class _NoAnswer(Unavailable):
+    """A request with an answer time-out got none in time."""

@@ -12,8 +12,6 @@ TLS socket needs.
 
 from __future__ import annotations
 
-import collections
-import collections.abc
 import select
 import socket
 import ssl
@@ -21,94 +19,64 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ._errors import AuthError, BatonError
-from ._protocol import HEARTBEAT_KEY, Answer, parse_answer, request_line
+from ._core import DIALING, DOWN, UP
+from ._pairing import (
+    Call as BaseCall,
+)
+from ._pairing import (
+    ClientClosed,
+    ConnectionLost,
+    Pairing,
+    hello_error,
+    session_error,
+    unexpected_answer,
+)
+from ._protocol import HEARTBEAT_KEY, Answer, parse_answer, request_line, split_address
 
 if TYPE_CHECKING:
     from ._client import Client
 
-DIALING, UP, DOWN = 0, 1, 2
+__all__ = ["DIALING", "DOWN", "UP", "Call", "ClientClosed", "Conn", "ConnDown", "ConnectionLost"]
 
 REDIAL_INTERVAL = 3.0
 MIN_REDIAL_GAP = 0.1
-HEARTBEAT_AFTER = 0.5
-STALL_TIMEOUT = 1.5
 _TICK = 0.1  # how often the reader looks at the clock while it reads nothing
-
-_PENDING, _DONE, _ABANDONED = 0, 1, 2
-
-
-class ConnectionLost(BatonError):
-    """The connection failed before the answer came: the request may or may not have
-    taken effect."""
-
-
-class ClientClosed(BatonError):
-    """The client was closed."""
 
 
 class ConnDown(Exception):
     """The connection was not up: nothing was sent."""
 
 
-class Call:
-    """One request sent on one connection, waiting for its answer."""
+class Call(BaseCall):
+    """A call whose caller waits on a thread."""
 
-    __slots__ = ("_lock", "answer", "done", "error", "key", "on_abandoned", "op", "state")
+    __slots__ = ("done",)
 
     def __init__(self, op: str, key: str) -> None:
-        self.op = op
-        self.key = key
-        self.answer: Answer | None = None
-        self.error: BaseException | None = None
+        super().__init__(op, key)
         self.done = threading.Event()
-        self.state = _PENDING
-        self._lock = threading.Lock()
-        # Run (on the reader's thread) with the answer of a call its caller gave up.
-        self.on_abandoned: collections.abc.Callable[[Answer], None] | None = None
 
-    def finish(self) -> bool:
-        """Marks the call answered; False when its caller had given up."""
-        with self._lock:
-            if self.state != _PENDING:
-                return False
-            self.state = _DONE
+    def _wake(self) -> None:
         self.done.set()
-        return True
-
-    def abandon(self) -> bool:
-        """The caller gives up; False when the answer already came (use it)."""
-        with self._lock:
-            if self.state != _PENDING:
-                return False
-            self.state = _ABANDONED
-            return True
-
-    @property
-    def pending(self) -> bool:
-        return self.state == _PENDING
 
 
 class Conn:
+    """One connection slot: a thread that dials, reads answers and redials."""
+
     def __init__(self, client: Client, addr: str) -> None:
         self.client = client
         self.addr = addr
-        host, _, port = addr.rpartition(":")
-        self.host = host.strip("[]")
-        self.port = int(port)
+        self.host, self.port = split_address(addr)
         self.state = DIALING
         self.last_error: BaseException | None = None
-        self._mu = threading.Lock()  # the pending table, the socket, the stall state
-        self._wlock = threading.Lock()  # pending push + bytes on the wire, in one order
+        # Retired: the address left the cluster's membership. Nothing new is sent on it;
+        # it closes once it owes nothing, and is not redialled.
+        self.retired = False
+        self._mu = threading.Lock()  # the pairing, the socket, the state
+        self._wlock = threading.Lock()  # pairing push + bytes on the wire, in one order
         self._io = threading.Lock()  # one socket operation at a time (TLS)
         self._sock: socket.socket | None = None
-        self._pending: dict[tuple[str, str], collections.deque[Call]] = {}
-        self._npending = 0
-        self._busy_since = 0.0
-        self._last_read = 0.0
-        self._probing = False
-        self._probe_at = 0.0
-        self._probe: Call | None = None
+        self._pairing: Pairing[Call] = Pairing()
         self._silent = False
         self._redial_now = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"baton-conn-{addr}", daemon=True)
@@ -123,18 +91,11 @@ class Conn:
                 sock = self._sock
                 if sock is None:
                     raise ConnDown
-                self._push_locked(call)
+                self._pairing.push(call, time.monotonic())
             try:
                 self._send_all(sock, line)
             except OSError as e:
                 self._fail(sock, e)
-
-    def _push_locked(self, call: Call) -> None:
-        if self._npending == 0:
-            self._busy_since = time.monotonic()
-            self._probing = False
-        self._pending.setdefault((call.op, call.key), collections.deque()).append(call)
-        self._npending += 1
 
     def _send_all(self, sock: socket.socket, data: bytes) -> None:
         view = memoryview(data)
@@ -158,13 +119,17 @@ class Conn:
     def redial_soon(self) -> None:
         self._redial_now.set()
 
+    def retire(self) -> None:
+        self.retired = True
+        self._redial_now.set()
+
     def _run(self) -> None:
         last_dial = 0.0
         first = True
-        while not self.client._closing.is_set():
+        while not self.client._closing.is_set() and not self.retired:
             if not first:
                 if not self._wait_to_redial(last_dial):
-                    return
+                    break
                 self._set_state(DIALING, None)
             first = False
             last_dial = time.monotonic()
@@ -176,13 +141,17 @@ class Conn:
             self._serve(sock, rest)
             if self._silent:
                 last_dial = time.monotonic()
+        if self.retired and not self.client._closing.is_set():
+            self._set_state(DOWN, ConnectionError("retired: no longer a member"))
+            self.client._conn_gone(self)
+            return
         self._set_state(DOWN, ClientClosed("client closed"))
 
     def _wait_to_redial(self, last_dial: float) -> bool:
         interval = REDIAL_INTERVAL
         while True:
             wait = last_dial + interval - time.monotonic()
-            if self.client._closing.is_set():
+            if self.client._closing.is_set() or self.retired:
                 return False
             if wait <= 0:
                 return True
@@ -209,11 +178,9 @@ class Conn:
                         raise ConnectionError(f"{self.addr} closed the connection after H")
                     buf += chunk
                 line, _, rest = buf.partition(b"\n")
-                ans = parse_answer(line)
-                if ans.op == "H" and ans.status == "ERR" and ans.values[:1] == ["auth"]:
-                    raise AuthError(f"{self.addr} refused the secret")
-                if not (ans.op == "H" and ans.status == "OK"):
-                    raise ConnectionError(f"unexpected answer from {self.addr} to H: {line!r}")
+                err = hello_error(self.addr, parse_answer(line), line)
+                if err is not None:
+                    raise err
             sock.setblocking(False)
             return sock, rest
         except BaseException:
@@ -222,16 +189,15 @@ class Conn:
 
     def _serve(self, sock: socket.socket, rest: bytes) -> None:
         with self._mu:
-            if self.client._closing.is_set():
+            if self.client._closing.is_set() or self.retired:
                 sock.close()
                 return
             self._sock = sock
             self._silent = False
-            self._last_read = 0.0
-            self._probing = False
-            self._probe = None
+            self._pairing = Pairing()
             self.state = UP
         self.client._notify_change()
+        self.client._conn_up(self)
         try:
             err = self._read(sock, rest)
         except BaseException as e:
@@ -262,7 +228,8 @@ class Conn:
                 if data is not None:
                     if not data:
                         return ConnectionError(f"{self.addr} closed the connection")
-                    self._last_read = time.monotonic()
+                    with self._mu:
+                        self._pairing.read(time.monotonic())
                     buf = self._deliver_lines(buf + data)
                     if len(buf) > 64 * 1024:
                         return ConnectionError("answer line too long")
@@ -282,54 +249,26 @@ class Conn:
 
     def _deliver(self, ans: Answer) -> None:
         with self._mu:
-            q = self._pending.get((ans.op, ans.key))
-            call = q.popleft() if q else None
-            if q is not None and not q:
-                del self._pending[(ans.op, ans.key)]
-            if call is not None:
-                self._npending -= 1
+            call = self._pairing.pop(ans)
         if call is None:
-            if ans.op == "H" and ans.status == "ERR" and ans.values[:1] == ["auth"]:
-                raise AuthError(f"{self.addr} wants a secret (H)")
-            raise ConnectionError(
-                f"unexpected answer from {self.addr}: {ans.op} {ans.key} {ans.status}"
-            )
-        call.answer = ans
-        if not call.finish() and call.on_abandoned is not None:
-            call.on_abandoned(ans)
+            raise unexpected_answer(self.addr, ans)
+        call.deliver(ans)
 
     def _check_stall(self, sock: socket.socket) -> BaseException | None:
         now = time.monotonic()
-        send_probe: Call | None = None
         with self._mu:
-            if self._npending == 0:
-                self._probing = False
-                return None
-            if self._probing and self._last_read > self._probe_at:
-                self._probing = False
-            quiet_since = max(self._busy_since, self._last_read)
-            if not self._probing:
-                if now - quiet_since < HEARTBEAT_AFTER:
-                    return None
-                if self._probe is None or not self._probe.pending:
-                    send_probe = Call("Q", HEARTBEAT_KEY)
-                self._probing, self._probe_at = True, now
-            elif now - self._probe_at >= STALL_TIMEOUT - HEARTBEAT_AFTER:
+            if self.retired and len(self._pairing) == 0:
+                return ConnectionError("retired: no longer a member")
+            probe, dead = self._pairing.check(now)
+            if dead is not None:
                 self._silent = True
-                return ConnectionError(
-                    f"{self.addr} stopped answering: nothing read for "
-                    f"{now - quiet_since:.1f}s while requests waited, not even a heartbeat"
-                )
-        if send_probe is not None and self._wlock.acquire(timeout=0.05):
-            # An internal call: in the pending table like any other, so that pairing
-            # stays exact, but nobody waits for its answer.
+                return ConnectionError(f"{self.addr} {dead}")
+        if probe and self._wlock.acquire(timeout=0.05):
             try:
                 with self._mu:
                     if self._sock is not sock:
                         return None
-                    self._push_locked(send_probe)
-                    self._probe = send_probe
-                    self._probing, self._probe_at = True, now
+                    self._pairing.push_probe(Call("Q", HEARTBEAT_KEY), now)
                 self._send_all(sock, request_line("Q", HEARTBEAT_KEY))
             except OSError as e:
                 return e
@@ -343,9 +282,7 @@ class Conn:
             if self._sock is not sock:
                 return
             self._sock = None
-            calls = [c for q in self._pending.values() for c in q]
-            self._pending.clear()
-            self._npending = 0
+            calls = self._pairing.drain()
             self.state = DOWN
             self.last_error = err
         try:
@@ -354,14 +291,10 @@ class Conn:
             pass
         closing = self.client._closing.is_set()
         for c in calls:
-            if closing:
-                c.error = ClientClosed("client closed")
-            elif isinstance(err, AuthError):
-                c.error = err
-            else:
-                c.error = ConnectionLost(f"connection to {self.addr} lost: {err}")
-            c.finish()
+            c.fail(session_error(self.addr, err, closing))
         self.client._notify_change()
+        if not closing and not self.retired:
+            self.client._conn_lost(self)
 
     def _set_state(self, state: int, err: BaseException | None) -> None:
         with self._mu:

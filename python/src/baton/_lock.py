@@ -12,21 +12,16 @@ from ._errors import BatonError, LockLost, NotHeld
 if TYPE_CHECKING:
     from ._client import Client
 
-KEEP_ALIVE_RETRY = 0.2
+KEEP_ALIVE_RETRY = 0.2  # a failed extend of the keep-alive is retried this often
 
 
-class Lock:
-    """One grant of a key, as ``Client.acquire`` returns it. Safe to use from several
-    threads (any thread may release it).
+class LockBase:
+    """What every lock knows of its grant, sync or asyncio: the key, token and owner, and
+    whether it still holds, tracked with the client's own clock, conservatively: from
+    when the acquire (or the last confirmed extend) was sent, not from when the server
+    granted it."""
 
-    The client tracks the lease with its own clock, conservatively: from when the
-    acquire (or the last confirmed extend) was sent, not from when the server granted it.
-    """
-
-    def __init__(
-        self, client: Client, key: str, token: int, owner: str, lease: float, since: float
-    ) -> None:
-        self._client = client
+    def __init__(self, key: str, token: int, owner: str, lease: float, since: float) -> None:
         self._key = key
         self._token = token
         self._owner = owner
@@ -35,8 +30,6 @@ class Lock:
         self._expires = since + lease
         self._lost = False
         self._released = False
-        self._ka_stop: threading.Event | None = None
-        self._ka_thread: threading.Thread | None = None
 
     @property
     def key(self) -> str:
@@ -67,6 +60,9 @@ class Lock:
         """Raises LockLost once the lock is lost, NotHeld after it was released."""
         if self.lost:
             raise LockLost(f"lock {self._key} (token {self._token}) was lost")
+        self._check_not_released()
+
+    def _check_not_released(self) -> None:
         with self._mu:
             if self._released:
                 raise NotHeld(f"lock {self._key} (token {self._token}) was released")
@@ -75,13 +71,65 @@ class Lock:
         with self._mu:
             self._lost = True
 
+    def _extended(self, sent: float, lease: float) -> None:
+        """An extend sent at ``sent`` was confirmed: the lease counts from then."""
+        with self._mu:
+            if not self._lost and not self._released:
+                self._lease = lease
+                self._expires = max(self._expires, sent + lease)
+
+    def _released_as(self, ok: bool) -> bool:
+        """The release was answered: True (no longer held) or False (it had lost the key)."""
+        with self._mu:
+            self._released = True
+            if not ok:
+                self._lost = True
+        return ok
+
+    def _release_done(self) -> bool | None:
+        """The result of an earlier release, or None when there was none."""
+        with self._mu:
+            if self._released:
+                return not self._lost
+        return None
+
+    def _keep_alive_due(self) -> tuple[float, float, float] | None:
+        """For the keep-alive: (lease, when the lease runs out, when to extend next), or
+        None once the lock is lost or released. Extends every lease/3."""
+        with self._mu:
+            if self._lost or self._released:
+                return None
+            lease, expires = self._lease, self._expires
+        return lease, expires, expires - lease + max(lease / 3, 0.001)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__module__.split('.')[0]}.{type(self).__qualname__} "
+            f"key={self._key!r} token={self._token} owner={self._owner!r}>"
+        )
+
+
+class Lock(LockBase):
+    """One grant of a key, as ``Client.acquire`` returns it. Safe to use from several
+    threads (any thread may release it).
+
+    The client tracks the lease with its own clock, conservatively: from when the
+    acquire (or the last confirmed extend) was sent, not from when the server granted it.
+    """
+
+    def __init__(
+        self, client: Client, key: str, token: int, owner: str, lease: float, since: float
+    ) -> None:
+        super().__init__(key, token, owner, lease, since)
+        self._client = client
+        self._ka_stop: threading.Event | None = None
+        self._ka_thread: threading.Thread | None = None
+
     def extend(self, *, lease: float) -> None:
         """Sets the lease to ``lease`` seconds from now; a running keep-alive renews this
         new lease from then on. Raises NotHeld (and the lock counts as lost) when the grant
         no longer holds the key."""
-        with self._mu:
-            if self._released:
-                raise NotHeld(f"lock {self._key} (token {self._token}) was released")
+        self._check_not_released()
         self._extend(lease, None)
 
     def _extend(self, lease: float, deadline: float | None) -> None:
@@ -91,10 +139,7 @@ class Lock:
         except NotHeld:
             self._mark_lost()
             raise
-        with self._mu:
-            if not self._lost and not self._released:
-                self._lease = lease
-                self._expires = max(self._expires, sent + lease)
+        self._extended(sent, lease)
 
     def release(self) -> bool:
         """Releases the lock (sending its token, so it can never free someone else's grant)
@@ -105,15 +150,10 @@ class Lock:
         Unavailable. A second release after a successful one returns True.
         """
         self._stop_keep_alive()
-        with self._mu:
-            if self._released:
-                return not self._lost
-        ok = self._client._release(self._key, self._token)
-        with self._mu:
-            self._released = True
-            if not ok:
-                self._lost = True
-        return ok
+        done = self._release_done()
+        if done is not None:
+            return done
+        return self._released_as(self._client._release(self._key, self._token))
 
     def keep_alive(self) -> None:
         """Extends the lease every lease/3 in a background thread until the lock is
@@ -140,11 +180,10 @@ class Lock:
     def _keep_alive(self, stop: threading.Event) -> None:
         closing = self._client._closing
         while True:
-            with self._mu:
-                if self._lost or self._released:
-                    return
-                lease, expires = self._lease, self._expires
-            next_at = expires - lease + max(lease / 3, 0.001)
+            due = self._keep_alive_due()
+            if due is None:
+                return
+            lease, expires, next_at = due
             if stop.wait(max(0.0, next_at - time.monotonic())):
                 return
             while True:
@@ -174,6 +213,3 @@ class Lock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
-
-    def __repr__(self) -> str:
-        return f"<baton.Lock key={self._key!r} token={self._token} owner={self._owner!r}>"

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import math
 import secrets
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from ._errors import AcquireTimeout, BatonError, NotHeld
 
 MAX_KEY = 250
 MAX_OWNER = 64
@@ -13,6 +17,18 @@ MAX_OWNER_PREFIX = MAX_OWNER - OWNER_RANDOM_HEX
 MAX_MS = 86_400_000
 MAX_LINE = 1024
 HEARTBEAT_KEY = "__baton_heartbeat__"
+
+# The timings CLIENTS.md sets, the same for the sync and the asyncio client.
+RELEASE_WINDOW = 5.0  # a release is retried this long...
+RELEASE_RETRY = 0.2  # ...this often
+UNAVAILABLE_WINDOW = 5.0  # ERR unavailable is retried this long (but by acquires)
+MOVED_HOPS = 3  # MOVED answers followed at once before backing off
+BACKOFF_MIN = 0.025
+BACKOFF_MAX = 1.0
+MAX_CONNS = 64
+DEFAULT_DIAL_TIMEOUT = 5.0
+REFRESH_INTERVAL = 30.0  # the address list is refreshed from C - this often
+ANSWER_TIMEOUT = 5.0  # C - (members, refresh) waits this long for its answer
 
 
 def _valid_field(raw: bytes, limit: int) -> bool:
@@ -120,3 +136,153 @@ def request_line(*fields: str | int | bytes) -> bytes:
         else:
             out.append(str(f).encode())
     return b" ".join(out) + b"\n"
+
+
+def parse_addresses(addresses: str | Sequence[str]) -> list[str]:
+    """The configured addresses: one string or a list, stripped, without duplicates."""
+    if isinstance(addresses, str):
+        addresses = [addresses]
+    uniq: list[str] = []
+    for a in addresses:
+        a = a.strip()
+        if not a or a in uniq:
+            continue
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"bad server address {a!r}: want host:port")
+        uniq.append(a)
+    if not uniq:
+        raise ValueError("no server address")
+    if len(uniq) > MAX_CONNS // 2:
+        raise ValueError(f"{len(uniq)} server addresses: at most {MAX_CONNS // 2}")
+    return uniq
+
+
+def pool_addresses(addresses: list[str]) -> list[str]:
+    """One connection per address, two to a lone address (so that one connection cut for
+    a moment does not interrupt the service)."""
+    return list(addresses) if len(addresses) > 1 else list(addresses) * 2
+
+
+def split_address(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """Who holds a key, as ``query`` reports it.
+
+    For an exclusive holder: ``token``, ``remaining`` (seconds), ``owner`` (or None),
+    ``holders`` 1 and ``permits`` 1. For shared holds (protocol 1.4) ``token``,
+    ``remaining`` and ``owner`` are None.
+    """
+
+    token: int | None
+    remaining: float | None
+    owner: str | None
+    holders: int = 1
+    permits: int = 1
+
+
+def holder_from_answer(key: str, ans: Answer) -> Holder | None:
+    """The answer to ``Q``: None when free."""
+    if ans.status == "FREE":
+        return None
+    if ans.status == "HELD" and len(ans.values) >= 2:
+        owner = ans.values[2] if len(ans.values) > 2 else None
+        return Holder(int(ans.values[0]), int(ans.values[1]) / 1000.0, owner)
+    if ans.status == "SHARED" and len(ans.values) >= 2:
+        return Holder(None, None, None, int(ans.values[0]), int(ans.values[1]))
+    raise BatonError(f"query {key}: unexpected answer {ans.status}")
+
+
+def members_from_answer(ans: Answer) -> list[str]:
+    """The answer to ``C -``: the voters' client addresses in priority order."""
+    if ans.op != "C" or ans.status != "OK" or len(ans.values) != 1:
+        raise BatonError(f"C -: unexpected answer {ans.op} {ans.key} {ans.status}")
+    out: list[str] = []
+    for a in ans.values[0].split(","):
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise BatonError(f"C -: bad address {a!r}")
+        if a not in out:
+            out.append(a)
+    return out[: MAX_CONNS // 2]
+
+
+def release_result(key: str, ans: Answer, ambiguous: bool) -> bool:
+    """The answer to ``R <key> <token>``: True once the grant no longer holds the key (OK,
+    or NOTHELD to a retry whose first answer may have been lost), False when the grant had
+    already lost it."""
+    if ans.status == "OK":
+        return True
+    if ans.status == "NOTHELD":
+        return ambiguous
+    raise BatonError(f"release {key}: unexpected answer {ans.status}")
+
+
+def check_extend_answer(key: str, token: int, ans: Answer) -> None:
+    if ans.status == "NOTHELD":
+        raise NotHeld(f"extend {key}: token {token} no longer holds the key")
+    if ans.status != "OK":
+        raise BatonError(f"extend {key}: unexpected answer {ans.status}")
+
+
+class AcquireRequest:
+    """One acquire as the client sends it, and sends it again on each retry: the same key,
+    lease and owner, with what is left of its wait (so a retry never waits longer than the
+    caller asked). Checks every argument before anything is sent."""
+
+    def __init__(
+        self, key: str, lease: float, wait: float | None, owner: str | None, prefix: str
+    ) -> None:
+        self.key = key
+        self.kraw = check_key(key)
+        self.lease = lease
+        self.lease_ms = lease_ms(lease)
+        check_wait(wait)
+        self.wait = wait
+        # An owner named by the caller may hold the key already (a retry across restarts
+        # of the caller): its grant is then older than this acquire, and renewed.
+        self.explicit_owner = owner is not None
+        self.owner = owner if owner is not None else new_owner(prefix)
+        self.oraw = check_owner(self.owner)
+        now = time.monotonic()
+        self.wait_end = None if wait is None or wait == 0 else now + wait
+        # ERR unavailable is retried until the wait runs out (a try-lock: not at all).
+        self.unavailable_deadline = self.wait_end if wait != 0 else now
+        self.sent_at = 0.0  # when the last attempt was sent: the lease counts from there
+
+    def line(self) -> bytes:
+        """The request line for the next attempt; raises AcquireTimeout once the wait is
+        over."""
+        self.sent_at = time.monotonic()
+        if self.wait == 0:
+            wms = -1
+        elif self.wait_end is None:
+            wms = 0
+        else:
+            left = self.wait_end - self.sent_at
+            if left <= 0:
+                raise AcquireTimeout(f"acquire {self.key}: not granted within {self.wait} s")
+            wms = seconds_to_ms(left)
+        return request_line("A", self.kraw, self.lease_ms, wms, self.oraw)
+
+    def token(self, ans: Answer) -> int:
+        """The token of the grant, from the final answer; raises AcquireTimeout."""
+        if ans.status == "TIMEOUT":
+            raise AcquireTimeout(f"acquire {self.key}: not granted in time")
+        if ans.status != "OK" or not ans.values:
+            raise BatonError(f"acquire {self.key}: unexpected answer {ans.status}")
+        return int(ans.values[0])
+
+
+def granted_token(ans: Answer) -> int | None:
+    """The token of an ``A ... OK`` answer, else None (for grants nobody waits for)."""
+    if ans.op == "A" and ans.status == "OK" and ans.values:
+        try:
+            return int(ans.values[0])
+        except ValueError:
+            return None
+    return None

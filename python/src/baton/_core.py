@@ -1,0 +1,255 @@
+"""The decisions of the client, without I/O, shared by the sync and the asyncio client:
+which connection a request goes to, what an answer or a lost connection means for it (try
+again, where, after how long, or give up), and how the pool follows the cluster's
+membership. Each client adds only its way of waiting and of doing I/O."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, NoReturn, Protocol, TypeVar
+
+from ._errors import AuthError, BatonError, ServerError, Unavailable
+from ._pairing import ClientClosed
+from ._protocol import (
+    BACKOFF_MAX,
+    BACKOFF_MIN,
+    MAX_CONNS,
+    MOVED_HOPS,
+    Answer,
+    pool_addresses,
+)
+
+DIALING, UP, DOWN = 0, 1, 2
+
+
+@dataclass(slots=True)
+class Policy:
+    """How one request is retried."""
+
+    # Give up (Unavailable) when this deadline passes while retrying; None: never.
+    deadline: float | None
+    # Retry every failure this often instead of failing fast (releases).
+    steady: float = 0.0
+    # ERR unavailable is retried until this deadline (None: for ever).
+    unavailable_deadline: float | None = None
+    # Recomputes the line before each attempt (acquire's wait); may raise.
+    line: Callable[[], bytes] | None = None
+    # Runs with the answer of an attempt its caller gave up (on the reader's side).
+    on_abandoned: Callable[[Answer], None] | None = None
+    # Wait at most this long for one answer, then raise Unavailable (None: as long as the
+    # connection lives; the heartbeat catches a dead one).
+    answer_timeout: float | None = None
+
+
+@dataclass(slots=True)
+class Result:
+    answer: Answer
+    ambiguous: bool  # an earlier attempt may have taken effect
+
+
+class TargetDown(Unavailable):
+    """The node that MOVED named cannot be reached (try elsewhere)."""
+
+
+class Retry:
+    """The state of one request's retry loop.
+
+    The loop (sync or asyncio) asks ``pick_args`` where to send, sends, and reports what
+    happened: ``on_pick_error``, ``on_lost`` or ``on_answer``, each of which raises when
+    the request is over, or returns how long to pause before the next attempt
+    (``on_answer`` returns None for the final answer).
+    """
+
+    def __init__(
+        self,
+        op: str,
+        key: str,
+        policy: Policy,
+        conn_count: Callable[[], int],
+        on_moved: Callable[[str], None],
+    ) -> None:
+        self.op = op
+        self.key = key
+        self.policy = policy
+        self._conn_count = conn_count
+        self._on_moved = on_moved
+        self.target: str | None = None  # the node MOVED named, for the next attempt
+        self.avoid: str | None = None  # the node that answered ERR unavailable
+        self.drops = 0
+        self.hops = 0
+        self.ambiguous = False
+        self.backoff = BACKOFF_MIN
+        self.last_error: BaseException | None = None
+
+    def give_up(self) -> NoReturn:
+        raise Unavailable(
+            f"{self.op} {self.key}: no answer in time (last error: {self.last_error})"
+        )
+
+    def check_deadline(self) -> None:
+        if self.policy.deadline is not None and time.monotonic() >= self.policy.deadline:
+            self.give_up()
+
+    def pause(self) -> float:
+        """The pause before the next attempt: steady, or a growing backoff with jitter."""
+        d = self.policy.steady
+        if d <= 0:
+            d = self.backoff / 2 + random.uniform(0, self.backoff / 2)
+            self.backoff = min(2 * self.backoff, BACKOFF_MAX)
+        if self.policy.deadline is not None:
+            left = self.policy.deadline - time.monotonic()
+            if left <= 0:
+                self.give_up()
+            d = min(d, left)
+        return d
+
+    def picked(self) -> None:
+        self.target = self.avoid = None
+
+    def on_pick_error(self, err: Unavailable) -> float:
+        if not isinstance(err, TargetDown) and self.policy.steady <= 0:
+            raise err
+        self.last_error = err
+        self.target = self.avoid = None
+        return self.pause()
+
+    def on_lost(self, err: BaseException) -> float:
+        """The connection was lost before the answer came: the request may have taken
+        effect. Another connection is tried at once, until each has failed it."""
+        if isinstance(err, (ClientClosed, AuthError)):
+            raise err
+        self.last_error = err
+        self.ambiguous = True
+        self.drops += 1
+        if self.policy.steady > 0:
+            return self.pause()
+        if self.drops >= self._conn_count():
+            raise Unavailable(f"{self.op} {self.key}: {err}") from err
+        return 0.0
+
+    def on_answer(self, ans: Answer, addr: str) -> float | None:
+        if ans.status == "MOVED" and ans.values:
+            self.target = ans.values[0]
+            self._on_moved(self.target)
+            self.last_error = BatonError(f"MOVED {self.target}")
+            self.hops += 1
+            return self.pause() if self.hops > MOVED_HOPS else 0.0
+        if ans.status == "ERR":
+            code = ans.values[0] if ans.values else ""
+            se = ServerError(code, ans.text)
+            if code != "unavailable" and not (code == "overloaded" and self.policy.steady > 0):
+                raise se
+            self.last_error = se
+            self.ambiguous = True
+            if code == "unavailable":
+                self.avoid = addr
+                ud = self.policy.unavailable_deadline
+                if ud is not None and time.monotonic() >= ud and self.policy.steady <= 0:
+                    raise Unavailable(f"{self.op} {self.key}: {se}") from se
+            return self.pause()
+        return None
+
+
+class Slot(Protocol):
+    """What the pool needs to know of a connection."""
+
+    addr: str
+    state: int
+    last_error: BaseException | None
+    retired: bool
+
+
+S = TypeVar("S", bound=Slot)
+
+
+class Pool(Generic[S]):
+    """The connections of a client and the choice among them. Not locked: the sync client
+    holds its lock around it, the asyncio one runs on one loop."""
+
+    def __init__(self) -> None:
+        self.conns: list[S] = []
+        self.preferred: str | None = None
+        self.rr = 0
+
+    def live(self) -> list[S]:
+        return [c for c in self.conns if not c.retired]
+
+    def choose(self, target: str | None, avoid: str | None) -> tuple[S | None, bool]:
+        """A connection that is up: to target (a MOVED address), else to the preferred
+        node, else any, round robin; avoid is taken only when nothing else is up. Also
+        says whether a candidate is being dialled (worth waiting for)."""
+        want = target
+        if want is None and self.preferred != avoid:
+            want = self.preferred
+        conn, dialing = None, False
+        if want is not None:
+            conn, dialing = self._choose(want, None)
+        if conn is None and target is None:
+            conn, d2 = self._choose(None, avoid)
+            dialing = dialing or d2
+            if conn is None and not dialing and avoid is not None:
+                conn, dialing = self._choose(None, None)
+        return conn, dialing
+
+    def _choose(self, addr: str | None, avoid: str | None) -> tuple[S | None, bool]:
+        n = len(self.conns)
+        if n == 0:
+            return None, False
+        start = self.rr % n
+        self.rr += 1
+        dialing = False
+        for i in range(n):
+            c = self.conns[(start + i) % n]
+            if c.retired:
+                continue
+            if (addr is not None and c.addr != addr) or (avoid is not None and c.addr == avoid):
+                continue
+            if c.state == UP:
+                return c, False
+            if c.state == DIALING:
+                dialing = True
+        return None, dialing
+
+    def needs_conn(self, target: str) -> bool:
+        """MOVED named a node the pool has no connection to: one is to be added."""
+        if any(c.addr == target and not c.retired for c in self.conns):
+            return False
+        if len(self.conns) >= MAX_CONNS:
+            raise Unavailable(f"MOVED to {target}: too many connections")
+        return True
+
+    def nothing_up(self, target: str | None) -> BaseException:
+        """The error when no connection is up and none is being dialled."""
+        for c in self.conns:
+            if (target is None or c.addr == target) and isinstance(c.last_error, AuthError):
+                return c.last_error
+        if target is not None:
+            return TargetDown(f"{target}, named by MOVED, is not reachable")
+        reasons = sorted(
+            {f"{c.addr}: {c.last_error or 'not connected yet'}" for c in self.live()}
+        )
+        return Unavailable("cannot connect: " + "; ".join(reasons))
+
+    def plan(self, members: Sequence[str]) -> tuple[list[str], list[S]]:
+        """Following the membership: the addresses to open connections to and the
+        connections to retire, so that the pool holds one connection per member (two to a
+        lone one)."""
+        want = pool_addresses(list(members))[:MAX_CONNS]
+        keep: list[S] = []
+        retire: list[S] = []
+        for c in self.live():
+            if c.addr in want:
+                want.remove(c.addr)
+                keep.append(c)
+            else:
+                retire.append(c)
+        if self.preferred is not None and self.preferred not in members:
+            self.preferred = None
+        return want, retire
+
+
+def is_badrequest(err: BaseException) -> bool:
+    return isinstance(err, ServerError) and err.code == "badrequest"
