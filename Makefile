@@ -26,6 +26,20 @@ $(STATICCHECK):
 	mv bin/.staticcheck/staticcheck $@
 	rmdir bin/.staticcheck
 
+# promtool, Prometheus's own checker, runs on a node's /metrics in `make
+# test` (engine's TestPromtool, which PROMTOOL makes required). One on PATH
+# is used; otherwise bin/promtool is taken out of Debian's prometheus
+# package, downloaded and unpacked, not installed: installing would bring a
+# Prometheus server and its service.
+PROMTOOL := $(or $(shell command -v promtool 2>/dev/null),bin/promtool)
+
+bin/promtool:
+	rm -rf bin/.promtool && mkdir -p bin/.promtool
+	cd bin/.promtool && { apt-get download prometheus || { apt-get update -q && apt-get download prometheus; }; }
+	dpkg-deb -x bin/.promtool/prometheus_*.deb bin/.promtool/root
+	mv bin/.promtool/root/usr/bin/promtool $@
+	rm -rf bin/.promtool
+
 .PHONY: build run test bench fuzz clean
 
 build:
@@ -35,7 +49,7 @@ build:
 run: build
 	./bin/batond
 
-test: $(STATICCHECK)
+test: $(STATICCHECK) $(PROMTOOL)
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
 	@unformatted="$$($(GOFMT) -l .)"; \
@@ -45,7 +59,7 @@ test: $(STATICCHECK)
 	# -count=1: the end-to-end tests run a batond they build themselves, so
 	# Go's test cache cannot see a change to the server and would replay a pass.
 	@echo "chaos seed: $(CHAOS_SEED) (replay: make chaos SEED=$(CHAOS_SEED))"
-	$(GO) test -race -count=1 -timeout 9m ./...
+	PROMTOOL="$(abspath $(PROMTOOL))" $(GO) test -race -count=1 -timeout 9m ./...
 	# tools/compare is a module of its own (etcd and Redis clients stay out
 	# of baton's), so ./... does not reach it.
 	cd tools/compare && $(GO) vet ./... && $(GO) test ./...

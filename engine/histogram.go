@@ -1,41 +1,37 @@
 package engine
 
 import (
-	"fmt"
-	"io"
-	"strconv"
 	"sync/atomic"
 
-	"github.com/VictoriaMetrics/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // histogram is a Prometheus histogram (cumulative le buckets, _sum and
-// _count) written through its Set's RegisterMetricsWriter. Observing is
-// atomic adds of integers only: no lock, no allocation, whichever event
-// loop or apply goroutine observes. (The library's own Prometheus-style
-// histogram takes a mutex per observation, and comes only with versions
-// that log a line at start-up on hosts without pressure stall information,
-// or that need a newer golang.org/x/sys than dragonboat's.)
+// _count) whose observing is atomic adds of integers only: no lock, no
+// allocation, whichever event loop or apply goroutine observes. A scrape
+// reads the atomics into a constant histogram (Collect). (client_golang's
+// own histogram counts in float64 sums with a hot and a cold copy, more
+// than the request path needs; VictoriaMetrics's Prometheus-style one took
+// a mutex per observation.)
 type histogram struct {
-	name   string
+	desc   *prometheus.Desc
 	bounds []uint64        // upper bounds, in the unit observations come in, ascending
-	les    []string        // the bounds as the le labels write them
+	les    []float64       // the bounds in the exported unit, as the le labels say them
 	counts []atomic.Uint64 // counts[i]: observations in (bounds[i-1], bounds[i]]; the last one: above every bound
 	sum    atomic.Uint64
 	scale  float64 // unit of an observation in the exported unit
 }
 
-// newHistogram adds a histogram named name to set. bounds are the upper
-// bounds in the exported unit; an observation is a whole number of
-// 1/perUnit of that unit (perUnit 1e9 observes nanoseconds of a histogram
-// in seconds).
-func newHistogram(set *metrics.Set, name string, bounds []float64, perUnit float64) *histogram {
-	h := &histogram{name: name, counts: make([]atomic.Uint64, len(bounds)+1), scale: 1 / perUnit}
+// newHistogram makes a histogram named name, with help its # HELP text.
+// bounds are the upper bounds in the exported unit; an observation is a
+// whole number of 1/perUnit of that unit (perUnit 1e9 observes nanoseconds
+// of a histogram in seconds).
+func newHistogram(name, help string, bounds []float64, perUnit float64) *histogram {
+	h := &histogram{desc: prometheus.NewDesc(name, help, nil, nil), counts: make([]atomic.Uint64, len(bounds)+1), scale: 1 / perUnit}
 	for _, b := range bounds {
 		h.bounds = append(h.bounds, uint64(b*perUnit+0.5))
-		h.les = append(h.les, formatFloat(b))
+		h.les = append(h.les, b)
 	}
-	set.RegisterMetricsWriter(h.write)
 	return h
 }
 
@@ -49,19 +45,19 @@ func (h *histogram) observe(v uint64) {
 	h.sum.Add(v)
 }
 
-// write writes the histogram in the text format. _count is the sum of the
-// buckets as read, so that it always equals the +Inf bucket.
-func (h *histogram) write(w io.Writer) {
-	metrics.WriteMetadataIfNeeded(w, h.name, "histogram")
+// Describe sends the histogram's one Desc (prometheus.Collector).
+func (h *histogram) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
+
+// Collect sends the histogram as it is now (prometheus.Collector). _count
+// is the sum of the buckets as read, so that it always equals the +Inf
+// bucket.
+func (h *histogram) Collect(ch chan<- prometheus.Metric) {
+	buckets := make(map[float64]uint64, len(h.les))
 	var total uint64
 	for i, le := range h.les {
 		total += h.counts[i].Load()
-		fmt.Fprintf(w, "%s_bucket{le=\"%s\"} %d\n", h.name, le, total)
+		buckets[le] = total
 	}
 	total += h.counts[len(h.bounds)].Load()
-	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n", h.name, total)
-	fmt.Fprintf(w, "%s_sum %s\n", h.name, formatFloat(float64(h.sum.Load())*h.scale))
-	fmt.Fprintf(w, "%s_count %d\n", h.name, total)
+	ch <- prometheus.MustNewConstHistogram(h.desc, total, float64(h.sum.Load())*h.scale, buckets)
 }
-
-func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

@@ -1,31 +1,29 @@
 package engine
 
 import (
-	"bytes"
 	"math"
 	"testing"
 
-	"github.com/VictoriaMetrics/metrics"
-	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// A histogram's text parses as a Prometheus histogram whose buckets count
-// each observation in the first bucket whose bound it does not exceed.
+// A histogram gathers as a Prometheus histogram whose buckets count each
+// observation in the first bucket whose bound it does not exceed.
 func TestHistogram(t *testing.T) {
-	set := metrics.NewSet()
-	metrics.ExposeMetadata(true)
-	h := newHistogram(set, "test_seconds", []float64{0.001, 0.01, 1}, 1e9)
+	h := newHistogram("test_seconds", "A histogram under test.", []float64{0.001, 0.01, 1}, 1e9)
 	for _, ns := range []uint64{0, 1_000_000, 1_000_001, 10_000_000, 500_000_000, 2_000_000_000} {
 		h.observe(ns)
 	}
-	var b bytes.Buffer
-	set.WritePrometheus(&b)
-	var p expfmt.TextParser
-	families, err := p.TextToMetricFamilies(&b)
-	if err != nil {
-		t.Fatalf("does not parse: %v\n%s", err, b.String())
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(h)
+	families, err := reg.Gather()
+	if err != nil || len(families) != 1 {
+		t.Fatalf("gathered %v, %v; want one family", families, err)
 	}
-	got := families["test_seconds"].GetMetric()[0].GetHistogram()
+	if families[0].GetHelp() != "A histogram under test." {
+		t.Errorf("help %q", families[0].GetHelp())
+	}
+	got := families[0].GetMetric()[0].GetHistogram()
 	if got.GetSampleCount() != 6 || got.GetSampleSum() != 2.512000001 {
 		t.Errorf("count %d, sum %v; want 6, 2.512000001", got.GetSampleCount(), got.GetSampleSum())
 	}
@@ -35,7 +33,8 @@ func TestHistogram(t *testing.T) {
 			t.Errorf("bucket le=%v: %d, want %d", bucket.GetUpperBound(), bucket.GetCumulativeCount(), want[bucket.GetUpperBound()])
 		}
 	}
-	if len(got.GetBucket()) != len(want) {
-		t.Errorf("%d buckets, want %d", len(got.GetBucket()), len(want))
+	// The +Inf bucket is implied by the count in client_golang's model.
+	if len(got.GetBucket()) != len(want)-1 {
+		t.Errorf("%d buckets, want %d", len(got.GetBucket()), len(want)-1)
 	}
 }

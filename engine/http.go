@@ -5,12 +5,11 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strings"
-
-	"github.com/VictoriaMetrics/metrics"
 )
 
-// HTTPHandler serves /metrics (Prometheus text: the node's series, then
-// dragonboat's and the process's), /healthz (200 when a leader is known for
+// HTTPHandler serves /metrics (Prometheus text, every family with its help
+// text: the node's series, then dragonboat's, the Go runtime's and the
+// process's; metrics.go), /healthz (200 when a leader is known for
 // every shard, else 503 with the reasons), /status (JSON, package status)
 // and Go's profiler and execution tracer under /debug/pprof/. None of them walks the lock table.
 // GET /backup streams a backup of the lock table (serveBackup), which does.
@@ -25,12 +24,7 @@ func (n *Node) HTTPHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/profile", n.adminOnly(pprof.Profile))
 	mux.HandleFunc("/debug/pprof/symbol", n.adminOnly(pprof.Symbol))
 	mux.HandleFunc("/debug/pprof/trace", n.adminOnly(pprof.Trace))
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		n.metrics.set.WritePrometheus(w)
-		// The default set holds dragonboat's series (EnableMetrics).
-		metrics.WritePrometheus(w, true)
-	})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) { n.metrics.handler.ServeHTTP(w, r) })
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if problems := n.problems(); len(problems) > 0 {
 			http.Error(w, strings.Join(problems, "\n"), http.StatusServiceUnavailable)

@@ -2,11 +2,16 @@ package engine
 
 import (
 	"bytes"
+	"net/http"
+	"regexp"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/baton-dev/baton/codec"
 	sm "github.com/baton-dev/baton/statemachine"
@@ -15,21 +20,32 @@ import (
 // The node's Prometheus series (docs/protocol.md lists them). They are kept
 // up to date as things happen, each by the code that does what it counts,
 // so that a scrape costs the same with no lock held or a million: counting
-// is an atomic add (histogram.go), never a lock, an allocation or a lookup
-// by name, and a scrape reads atomics, never a shard's keys or its lock.
+// is an atomic add (counter, histogram.go), never a lock, an allocation or
+// a lookup by name, and a scrape reads atomics, never a shard's keys or its
+// lock.
+//
+// The series are written by prometheus/client_golang, which gives every
+// family its # HELP and # TYPE (VictoriaMetrics/metrics, which wrote them
+// before, writes an empty # HELP in every version, and runtime families
+// that break Prometheus's naming rules). The counting stays baton's own
+// atomics: client_golang only reads them at a scrape (metricSet.Collect).
 
-// nodeMetrics are the node's series, in a Set of the node's own so that
-// several nodes in one process (tests) do not collide.
+// nodeMetrics are the node's series, in a registry of the node's own so
+// that several nodes in one process (tests) do not collide.
 type nodeMetrics struct {
-	set *metrics.Set
+	set *metricSet
+	// reg is what /metrics serves (handler): set, dragonboat's series
+	// (dragonboatCollector) and the Go runtime's and the process's.
+	reg     *prometheus.Registry
+	handler http.Handler
 
-	requests    [numOps]*metrics.Counter // parsed requests, by op
-	badRequests *metrics.Counter         // lines that did not parse
+	requests    [numOps]*counter // parsed requests, by op
+	badRequests *counter         // lines that did not parse
 	// answers by op and status, errs by op and ERR code; nil where the
 	// protocol has no such answer. The last op index is '?', an unreadable
 	// line.
-	answers [numOps + 1][numStatuses]*metrics.Counter
-	errs    [numOps + 1][len(errCodes) + 1]*metrics.Counter
+	answers [numOps + 1][numStatuses]*counter
+	errs    [numOps + 1][len(errCodes) + 1]*counter
 
 	// An acquire's time from its receipt to the commit of the grant that
 	// answers it OK, and to its answer, whatever the answer (nanoseconds).
@@ -38,26 +54,109 @@ type nodeMetrics struct {
 
 	// Changes of the table, as applied on this replica (every replica
 	// counts them).
-	grants, releases, extends, expiries *metrics.Counter
+	grants, releases, extends, expiries *counter
 	// handOffs: a release or expiry applied with the grant of the same key
 	// to the next waiter right behind it, in the same entry.
-	handOffs *metrics.Counter
+	handOffs *counter
 	// Decided by this node as a shard's leader.
-	waitTimeouts      *metrics.Counter // waits that ran out (TIMEOUT)
-	abandonedReleased *metrics.Counter // grants released because nobody waited for them any more
+	waitTimeouts      *counter // waits that ran out (TIMEOUT)
+	abandonedReleased *counter // grants released because nobody waited for them any more
 
 	connsOpen     atomic.Int64
-	connsAccepted *metrics.Counter
+	connsAccepted *counter
 
-	proposals        *metrics.Counter
+	proposals        *counter
 	proposalCommands *histogram
-	failedProposals  *metrics.Counter
+	failedProposals  *counter
 
 	// The Raft log store's saves (engine/seglog, engine/raftlog): how many,
 	// by whether they were synced, and how long the synced ones took
 	// (nanoseconds), which is the disk's flush time as a commit waits for it.
-	raftLogSaves       [2]*metrics.Counter // [0]: not synced, [1]: synced
+	raftLogSaves       [2]*counter // [0]: not synced, [1]: synced
 	raftLogSyncSeconds *histogram
+
+	// The families of the series registerGauges adds, one series per
+	// shard; made here so that every help text is in one place.
+	shardIsLeader, shardLeaderID, shardTerm, shardApplied, shardHeld, shardWaiters, shardClusterVersion *prometheus.Desc
+	held, waiters                                                                                       *prometheus.Desc
+}
+
+// counter is a count that only goes up, kept as one atomic: Inc is what
+// the request path pays.
+type counter struct{ n atomic.Uint64 }
+
+// Inc adds one.
+func (c *counter) Inc() { c.n.Add(1) }
+
+// Get is the count so far.
+func (c *counter) Get() uint64 { return c.n.Load() }
+
+// metricSet is the node's own series as a prometheus.Collector: each
+// family's Desc (its name, help text and label names) is made once, and a
+// scrape reads each series' atomic through its value func.
+//
+// It is an unchecked collector (Describe sends nothing): baton_answers_total
+// has series with a code label (ERR answers) and without (the others), one
+// family that client_golang's registration check, which wants one set of
+// label names per name, would refuse; Prometheus and promtool take it, and
+// the registry still checks at every scrape that a family has one help
+// text and one type and no series twice.
+type metricSet struct {
+	mu     sync.Mutex // guards series and hists: registerGauges adds series after the first scrape may have come
+	series []seriesOf
+	hists  []*histogram
+}
+
+// seriesOf is one series: its family, its label values in the order of the
+// family's label names, and how to read it.
+type seriesOf struct {
+	desc        *prometheus.Desc
+	kind        prometheus.ValueType
+	labelValues []string
+	value       func() float64
+}
+
+// Describe sends nothing: metricSet is unchecked (see the type).
+func (s *metricSet) Describe(chan<- *prometheus.Desc) {}
+
+// Collect sends every series with its value now.
+func (s *metricSet) Collect(ch chan<- prometheus.Metric) {
+	s.mu.Lock()
+	series, hists := s.series, s.hists
+	s.mu.Unlock()
+	for _, x := range series {
+		ch <- prometheus.MustNewConstMetric(x.desc, x.kind, x.value(), x.labelValues...)
+	}
+	for _, h := range hists {
+		h.Collect(ch)
+	}
+}
+
+// add adds one series of family d.
+func (s *metricSet) add(d *prometheus.Desc, kind prometheus.ValueType, value func() float64, labelValues ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.series = append(s.series, seriesOf{desc: d, kind: kind, labelValues: labelValues, value: value})
+}
+
+// counter adds a counter series of family d and returns it.
+func (s *metricSet) counter(d *prometheus.Desc, labelValues ...string) *counter {
+	c := new(counter)
+	s.add(d, prometheus.CounterValue, func() float64 { return float64(c.Get()) }, labelValues...)
+	return c
+}
+
+// histogram adds histogram h.
+func (s *metricSet) histogram(h *histogram) *histogram {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hists = append(s.hists, h)
+	return h
+}
+
+// desc is a family: its name, what it counts, and its label names.
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
 }
 
 // shardStats is what the series and /status show of one shard, kept as
@@ -125,40 +224,65 @@ var (
 )
 
 // newNodeMetrics makes every series but those read from the shards
-// (registerGauges).
+// (registerGauges), and the registry /metrics serves. Every help text says
+// what the series counts as docs/protocol.md does (TestMetricsLint checks
+// that none is missing).
 func newNodeMetrics() *nodeMetrics {
-	// # TYPE lines, so that Prometheus knows counters, gauges and
-	// histograms apart (a process-wide setting of the library).
-	metrics.ExposeMetadata(true)
-	set := metrics.NewSet()
+	set := &metricSet{}
+	count := func(name, help string) *counter { return set.counter(desc(name, help)) }
 	m := &nodeMetrics{
-		set:               set,
-		badRequests:       set.NewCounter(`baton_bad_requests_total`),
-		grantSeconds:      newHistogram(set, `baton_acquire_grant_seconds`, latencyBuckets, 1e9),
-		answerSeconds:     newHistogram(set, `baton_acquire_answer_seconds`, latencyBuckets, 1e9),
-		grants:            set.NewCounter(`baton_grants_total`),
-		releases:          set.NewCounter(`baton_releases_total`),
-		extends:           set.NewCounter(`baton_extends_total`),
-		expiries:          set.NewCounter(`baton_expiries_total`),
-		handOffs:          set.NewCounter(`baton_handoffs_total`),
-		waitTimeouts:      set.NewCounter(`baton_wait_timeouts_total`),
-		abandonedReleased: set.NewCounter(`baton_abandoned_grants_released_total`),
-		connsAccepted:     set.NewCounter(`baton_connections_accepted_total`),
-		proposals:         set.NewCounter(`baton_proposals_total`),
-		proposalCommands:  newHistogram(set, `baton_proposal_commands`, commandsBuckets, 1),
-		failedProposals:   set.NewCounter(`baton_failed_proposals_total`),
-		raftLogSaves: [2]*metrics.Counter{
-			set.NewCounter(`baton_raft_log_saves_total{synced="false"}`),
-			set.NewCounter(`baton_raft_log_saves_total{synced="true"}`),
-		},
-		raftLogSyncSeconds: newHistogram(set, `baton_raft_log_synced_save_seconds`, syncBuckets, 1e9),
+		set:         set,
+		badRequests: count(`baton_bad_requests_total`, "Client lines that did not parse as a request (answered ERR badrequest or ERR toolong)."),
+		grantSeconds: set.histogram(newHistogram(`baton_acquire_grant_seconds`,
+			"Time from an acquire's receipt to the commit of the grant that answers it OK.", latencyBuckets, 1e9)),
+		answerSeconds: set.histogram(newHistogram(`baton_acquire_answer_seconds`,
+			"Time from an acquire's receipt to its answer, whatever the answer.", latencyBuckets, 1e9)),
+		grants:   count(`baton_grants_total`, "Grants applied on this replica."),
+		releases: count(`baton_releases_total`, "Releases applied on this replica."),
+		extends:  count(`baton_extends_total`, "Extends applied on this replica."),
+		expiries: count(`baton_expiries_total`, "Leases that ran out, applied as expired on this replica."),
+		handOffs: count(`baton_handoffs_total`,
+			"Releases and expiries applied with the grant of the same key to the next waiter in the same Raft entry."),
+		waitTimeouts: count(`baton_wait_timeouts_total`,
+			"Acquires whose wait ran out on this node as leader (answered TIMEOUT)."),
+		abandonedReleased: count(`baton_abandoned_grants_released_total`,
+			"Grants that landed for an acquire nobody waited for any more, released at once by this node as leader."),
+		connsAccepted: count(`baton_connections_accepted_total`, "Client connections accepted, plain and TLS."),
+		proposals:     count(`baton_proposals_total`, "Raft entries this node proposed."),
+		proposalCommands: set.histogram(newHistogram(`baton_proposal_commands`,
+			"Commands per Raft entry this node proposed.", commandsBuckets, 1)),
+		failedProposals: count(`baton_failed_proposals_total`, "Proposals Raft refused, dropped or did not commit in time."),
+		raftLogSyncSeconds: set.histogram(newHistogram(`baton_raft_log_synced_save_seconds`,
+			"Time each synced write of the Raft log store took, most of it the disk's flush.", syncBuckets, 1e9)),
+
+		shardIsLeader: desc(`baton_shard_is_leader`, "1 when this node leads the shard, else 0.", "shard"),
+		shardLeaderID: desc(`baton_shard_leader_id`, "The peer (its --id) that leads the shard; 0 while none is known.", "shard"),
+		shardTerm:     desc(`baton_shard_term`, "The Raft term of the last leader change of the shard this node saw.", "shard"),
+		shardApplied:  desc(`baton_shard_applied_index`, "The Raft index of the last entry of the shard this replica applied.", "shard"),
+		shardHeld:     desc(`baton_shard_held_locks`, "Locks held in the shard, as this replica applied them.", "shard"),
+		shardWaiters: desc(`baton_shard_waiters`,
+			"Acquires of the shard on this node's connections waiting for their answer.", "shard"),
+		shardClusterVersion: desc(`baton_shard_cluster_version`,
+			"The shard's cluster version as this replica applied it.", "shard"),
+		held: desc(`baton_held_locks`, "Locks held, as this replica applied them (followers show them too)."),
+		waiters: desc(`baton_waiters`,
+			"Acquires on this node's connections waiting for their answer (only a leader has any)."),
 	}
-	set.NewGauge(`baton_connections_open`, func() float64 { return float64(m.connsOpen.Load()) })
+	saves := desc(`baton_raft_log_saves_total`,
+		"Writes of the Raft log store, synced (new entries, a term or vote, a snapshot) or not (a commit index alone).", "synced")
+	m.raftLogSaves = [2]*counter{set.counter(saves, "false"), set.counter(saves, "true")}
+	set.add(desc(`baton_connections_open`, "Client connections open, plain and TLS."), prometheus.GaugeValue,
+		func() float64 { return float64(m.connsOpen.Load()) })
+	requests := desc(`baton_requests_total`, "Requests read, by op; a line that does not parse is not one.", "op")
+	// baton_answers_total has the code label on ERR answers only (metricSet).
+	const answersHelp = "Answers sent, by op and answer (op ? for a line that did not parse), and for ERR by code."
+	answers := desc(`baton_answers_total`, answersHelp, "op", "answer")
+	errs := desc(`baton_answers_total`, answersHelp, "op", "answer", "code")
 	for i, op := range opLabels {
 		if i < numOps {
-			m.requests[i] = set.NewCounter(`baton_requests_total{op="` + op + `"}`)
+			m.requests[i] = set.counter(requests, op)
 			for _, st := range answerStatuses[i] {
-				m.answers[i][st] = set.NewCounter(`baton_answers_total{op="` + op + `",answer="` + st.String() + `"}`)
+				m.answers[i][st] = set.counter(answers, op, st.String())
 			}
 		}
 		for j := range m.errs[i] {
@@ -166,16 +290,27 @@ func newNodeMetrics() *nodeMetrics {
 			if j < len(errCodes) {
 				code = errCodes[j]
 			}
-			m.errs[i][j] = set.NewCounter(`baton_answers_total{op="` + op + `",answer="ERR",code="` + code + `"}`)
+			m.errs[i][j] = set.counter(errs, op, "ERR", code)
 		}
 	}
+	m.reg = prometheus.NewRegistry()
+	m.reg.MustRegister(set, dragonboatCollector{},
+		// The standard go_* series and, of the runtime's histograms, the two
+		// a lock service's latency hangs on: how long a runnable goroutine
+		// waited for a thread, and the GC's stop-the-world pauses.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/(latencies|pauses/total/gc):seconds$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The text format unless the scraper asks for another (promhttp
+	// negotiates); a collector that fails leaves the others' series served.
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 	return m
 }
 
 // registerGauges adds the series read from the node's shards; the shards
 // must exist.
 func (n *Node) registerGauges() {
-	set, me := n.metrics.set, n.cfg.ID
+	m, me := n.metrics, n.cfg.ID
 	sum := func(field func(*shardStats) *atomic.Int64) func() float64 {
 		return func() float64 {
 			var total int64
@@ -187,22 +322,25 @@ func (n *Node) registerGauges() {
 	}
 	held := func(st *shardStats) *atomic.Int64 { return &st.held }
 	waiters := func(st *shardStats) *atomic.Int64 { return &st.waiters }
-	set.NewGauge(`baton_held_locks`, sum(held))
-	set.NewGauge(`baton_waiters`, sum(waiters))
+	gauge := func(d *prometheus.Desc, value func() float64, labelValues ...string) {
+		m.set.add(d, prometheus.GaugeValue, value, labelValues...)
+	}
+	gauge(m.held, sum(held))
+	gauge(m.waiters, sum(waiters))
 	for _, s := range n.shards {
-		st, label := &s.stats, `{shard="`+strconv.FormatUint(s.id, 10)+`"}`
-		set.NewGauge(`baton_shard_is_leader`+label, func() float64 {
+		st, label := &s.stats, strconv.FormatUint(s.id, 10)
+		gauge(m.shardIsLeader, func() float64 {
 			if st.leaderID.Load() == me {
 				return 1
 			}
 			return 0
-		})
-		set.NewGauge(`baton_shard_leader_id`+label, func() float64 { return float64(st.leaderID.Load()) })
-		set.NewGauge(`baton_shard_term`+label, func() float64 { return float64(st.term.Load()) })
-		set.NewGauge(`baton_shard_applied_index`+label, func() float64 { return float64(st.applied.Load()) })
-		set.NewGauge(`baton_shard_held_locks`+label, func() float64 { return float64(st.held.Load()) })
-		set.NewGauge(`baton_shard_waiters`+label, func() float64 { return float64(st.waiters.Load()) })
-		set.NewGauge(`baton_shard_cluster_version`+label, func() float64 { return float64(st.clusterVersion.Load()) })
+		}, label)
+		gauge(m.shardLeaderID, func() float64 { return float64(st.leaderID.Load()) }, label)
+		gauge(m.shardTerm, func() float64 { return float64(st.term.Load()) }, label)
+		gauge(m.shardApplied, func() float64 { return float64(st.applied.Load()) }, label)
+		gauge(m.shardHeld, func() float64 { return float64(st.held.Load()) }, label)
+		gauge(m.shardWaiters, func() float64 { return float64(st.waiters.Load()) }, label)
+		gauge(m.shardClusterVersion, func() float64 { return float64(st.clusterVersion.Load()) }, label)
 	}
 }
 

@@ -3,9 +3,13 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/baton-dev/baton/codec"
 	sm "github.com/baton-dev/baton/statemachine"
@@ -16,11 +20,22 @@ import (
 // through a shard. cmd/batond's TestMetrics checks the same series on a
 // live node, through /metrics.
 
-// samples reads every sample of m's set as its text format says it.
+// samples reads every sample of m's set as its text format says it, each
+// series named with its labels in name order (canonical).
 func samples(t *testing.T, m *nodeMetrics) map[string]float64 {
 	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.set)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var b bytes.Buffer
-	m.set.WritePrometheus(&b)
+	for _, f := range families {
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			t.Fatal(err)
+		}
+	}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(&b)
 	for sc.Scan() {
@@ -33,9 +48,22 @@ func samples(t *testing.T, m *nodeMetrics) map[string]float64 {
 		if err != nil {
 			t.Fatalf("sample %q: %v", line, err)
 		}
-		out[line[:i]] = v
+		out[canonical(line[:i])] = v
 	}
 	return out
+}
+
+// canonical is series (name{label="value",...}) with its labels in name
+// order, as the text format writes them, so that a test may name them in
+// any order. No label value of these series holds a comma.
+func canonical(series string) string {
+	name, labels, ok := strings.Cut(strings.TrimSuffix(series, "}"), "{")
+	if !ok {
+		return series
+	}
+	pairs := strings.Split(labels, ",")
+	slices.Sort(pairs)
+	return name + "{" + strings.Join(pairs, ",") + "}"
 }
 
 // moved fails t unless each series moved from before to now by want.
@@ -43,6 +71,7 @@ func moved(t *testing.T, m *nodeMetrics, before map[string]float64, want map[str
 	t.Helper()
 	now := samples(t, m)
 	for series, delta := range want {
+		series = canonical(series)
 		if _, ok := now[series]; !ok {
 			t.Errorf("no series %s", series)
 			continue
