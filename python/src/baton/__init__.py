@@ -7,6 +7,7 @@
             ...  # kept alive while inside; released at exit
 """
 
+from . import aio
 from ._client import Client
 from ._errors import (
     AcquireTimeout,
@@ -32,6 +33,7 @@ __all__ = [
     "NotHeld",
     "ServerError",
     "Unavailable",
+    "aio",
 ]
 
 __version__ = "0.1.0"

@@ -287,6 +287,15 @@ class Client:
         acquire's owner is the same on every connection it tries)."""
         self._check_fork()
         r = Retry(op, key, policy, self._conn_count, self._on_moved)
+        try:
+            return self._attempts(r, line)
+        except BaseException:
+            if r.ambiguous and policy.on_give_up is not None:
+                policy.on_give_up()
+            raise
+
+    def _attempts(self, r: Retry, line: bytes) -> Result:
+        op, key, policy = r.op, r.key, r.policy
 
         def pause(d: float) -> None:
             if d > 0 and self._closing.wait(d):
@@ -344,10 +353,17 @@ class Client:
         t = threading.Thread(target=run, name="baton-cleanup", daemon=True)
         t.start()
 
-    def _release_abandoned(self, key: str, ans: Answer) -> None:
+    def _abandoned(self, req: AcquireRequest, ans: Answer | None) -> None:
+        """An attempt of an acquire whose caller gave up was answered (ans), or its
+        connection lost (None): whatever it may have been granted is released."""
+        if self._closed:
+            return
+        if ans is None:
+            self._in_background(lambda: self._clean_up(req))
+            return
         token = granted_token(ans)
-        if token is not None and not self._closed:
-            self._in_background(lambda: self._release(key, token))
+        if token is not None:
+            self._in_background(lambda: self._release(req.key, token))
 
     # --- requests ----------------------------------------------------------
 
@@ -371,7 +387,8 @@ class Client:
             deadline=None,
             unavailable_deadline=req.unavailable_deadline,
             line=req.line,
-            on_abandoned=lambda ans: self._release_abandoned(key, ans),
+            on_abandoned=lambda ans: self._abandoned(req, ans),
+            on_give_up=lambda: self._in_background(lambda: self._clean_up(req)),
         )
         may_be_old = req.explicit_owner
         while True:
@@ -391,6 +408,18 @@ class Client:
                 self._in_background(functools.partial(self._release, key, token))
                 raise
             return Lock(self, key, token, req.owner, lease, renewed)
+
+    def _clean_up(self, req: AcquireRequest) -> None:
+        """Releases the grant an acquire that gave up may hold unseen (its owner's)."""
+        res = self._exchange(
+            "A",
+            req.key,
+            req.cleanup_line(),
+            Policy(deadline=time.monotonic() + RELEASE_WINDOW, steady=RELEASE_RETRY),
+        )
+        token = granted_token(res.answer)
+        if token is not None:
+            self._release(req.key, token)
 
     @contextmanager
     def lock(

@@ -37,8 +37,12 @@ class Policy:
     unavailable_deadline: float | None = None
     # Recomputes the line before each attempt (acquire's wait); may raise.
     line: Callable[[], bytes] | None = None
-    # Runs with the answer of an attempt its caller gave up (on the reader's side).
-    on_abandoned: Callable[[Answer], None] | None = None
+    # Runs with the answer of an attempt its caller gave up (on the reader's side), or
+    # with None when its connection was lost before the answer came.
+    on_abandoned: Callable[[Answer | None], None] | None = None
+    # Runs when the request ends in an exception (the caller gave up, or no connection
+    # served it) after an attempt may have taken effect unseen (see Retry.ambiguous).
+    on_give_up: Callable[[], None] | None = None
     # Wait at most this long for one answer, then raise Unavailable (None: as long as the
     # connection lives; the heartbeat catches a dead one).
     answer_timeout: float | None = None

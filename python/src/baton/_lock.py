@@ -103,8 +103,10 @@ class LockBase:
         return lease, expires, expires - lease + max(lease / 3, 0.001)
 
     def __repr__(self) -> str:
+        mod = type(self).__module__
+        mod = "baton" if mod.startswith("baton._") else mod
         return (
-            f"<{type(self).__module__.split('.')[0]}.{type(self).__qualname__} "
+            f"<{mod}.{type(self).__qualname__} "
             f"key={self._key!r} token={self._token} owner={self._owner!r}>"
         )
 

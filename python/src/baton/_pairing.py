@@ -33,13 +33,14 @@ class Call:
     A caller that gives up (interrupted, cancelled, timed out) leaves the call in the
     pairing, so that the answer still lands on it and not on a later request of the same
     ``(op, key)``; that answer then goes to ``on_abandoned`` (which releases a grant that
-    nobody waits for any more).
+    nobody waits for any more), and so does None when the connection is lost before the
+    answer came (the request may have taken effect all the same).
     """
 
     __slots__ = ("_mu", "answer", "error", "key", "on_abandoned", "op", "state")
 
     def __init__(
-        self, op: str, key: str, on_abandoned: Callable[[Answer], None] | None = None
+        self, op: str, key: str, on_abandoned: Callable[[Answer | None], None] | None = None
     ) -> None:
         self.op = op
         self.key = key
@@ -71,7 +72,8 @@ class Call:
 
     def fail(self, err: BaseException) -> None:
         self.error = err
-        self.finish()
+        if not self.finish() and self.on_abandoned is not None:
+            self.on_abandoned(None)
 
     def give_up(self) -> None:
         """The caller stops waiting. An answer that already came, unread, is handed to

@@ -269,6 +269,13 @@ class AcquireRequest:
             wms = seconds_to_ms(left)
         return request_line("A", self.kraw, self.lease_ms, wms, self.oraw)
 
+    def cleanup_line(self) -> bytes:
+        """For a caller that gave up after an attempt whose answer was lost (so that a
+        grant may be held for its owner, unknown to it): a try-lock with the same owner,
+        which returns that grant's token if it is held (or grants the key, if free), so
+        that the grant can be released."""
+        return request_line("A", self.kraw, self.lease_ms, -1, self.oraw)
+
     def token(self, ans: Answer) -> int:
         """The token of the grant, from the final answer; raises AcquireTimeout."""
         if ans.status == "TIMEOUT":

@@ -1,0 +1,657 @@
+"""The asyncio client of baton: ``baton.aio.Client``, the same client as ``baton.Client``
+with coroutines.
+
+    import baton.aio
+
+    async with baton.aio.Client(["10.0.0.1:7700", "10.0.0.2:7700"]) as client:
+        async with client.lock("deploy/prod", lease=10.0) as lock:
+            ...  # kept alive while inside; released at exit
+
+Cancellation is safe everywhere: a cancelled acquire leaves nothing held (a grant that
+arrives after it was cancelled is released), a cancelled release goes on in the background
+until the server confirmed it (or 5 s passed), and ``async with client.lock(...)`` never
+enters its block without the lock. A client belongs to the event loop it is first used on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+import time
+from collections.abc import Coroutine, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from ._aioconn import Call, Conn, ConnDown
+from ._core import Policy, Pool, Result, Retry, is_badrequest
+from ._errors import (
+    AcquireTimeout,
+    AuthError,
+    BatonError,
+    LockLost,
+    NotHeld,
+    ServerError,
+    Unavailable,
+)
+from ._lock import KEEP_ALIVE_RETRY, LockBase
+from ._pairing import ClientClosed
+from ._protocol import (
+    ANSWER_TIMEOUT,
+    DEFAULT_DIAL_TIMEOUT,
+    REFRESH_INTERVAL,
+    RELEASE_RETRY,
+    RELEASE_WINDOW,
+    UNAVAILABLE_WINDOW,
+    AcquireRequest,
+    Answer,
+    Holder,
+    check_extend_answer,
+    check_key,
+    check_owner_prefix,
+    check_secret,
+    granted_token,
+    holder_from_answer,
+    lease_ms,
+    members_from_answer,
+    parse_addresses,
+    pool_addresses,
+    release_result,
+    request_line,
+)
+
+__all__ = [
+    "AcquireTimeout",
+    "AuthError",
+    "BatonError",
+    "Client",
+    "Holder",
+    "Lock",
+    "LockLost",
+    "NotHeld",
+    "ServerError",
+    "Unavailable",
+]
+
+T = TypeVar("T")
+
+
+class _NoAnswer(Unavailable):
+    """A request with an answer time-out got none in time."""
+
+
+class Client:
+    """An asyncio client of a baton cluster (the sync ``baton.Client``'s behaviour, with
+    coroutines). Connections open in the background on first use; use ``async with``, or
+    await ``close``."""
+
+    def __init__(
+        self,
+        addresses: str | Sequence[str],
+        *,
+        secret: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        owner_prefix: str = "",
+        dial_timeout: float = DEFAULT_DIAL_TIMEOUT,
+    ) -> None:
+        self._addresses = parse_addresses(addresses)
+        if secret is None:
+            secret = os.environ.get("BATON_AUTH") or None
+        self._secret = check_secret(secret) if secret is not None else None
+        self._ssl_context = ssl_context
+        self._owner_prefix = check_owner_prefix(owner_prefix)
+        self._dial_timeout = dial_timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: Pool[Conn] = Pool()
+        self._closed = False  # close was called: no new request
+        self._closing = False  # the connections are being closed
+        self._closed_ev = asyncio.Event()
+        self._changed = asyncio.Event()
+        # Work that must outlive its caller: releases (of a cancelled release, of a grant
+        # nobody waits for), clean-ups of acquires that gave up. close waits for them.
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._keepalives: set[asyncio.Task[None]] = set()
+        self._refresher: asyncio.Task[None] | None = None
+        # None: not known yet; False: the server answered C - with badrequest (before
+        # protocol 1.3), or not at all, so only the periodic refresh asks again.
+        self._refresh_supported: bool | None = None
+        self._refresh_now = asyncio.Event()
+
+    def _start(self) -> None:
+        """Binds the client to the running loop and opens the connections, on first use."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        if self._loop is not None:
+            raise RuntimeError("a baton.aio.Client is used on the event loop it started on")
+        if self._closed:
+            raise ClientClosed("client closed")
+        self._loop = loop
+        for a in pool_addresses(self._addresses):
+            self._add_conn(a)
+        self._refresher = loop.create_task(self._refresh_loop(), name="baton-refresh")
+
+    def _add_conn(self, addr: str) -> Conn:
+        c = Conn(self, addr)
+        self._pool.conns.append(c)
+        c.start()
+        return c
+
+    def _notify_change(self) -> None:
+        ev, self._changed = self._changed, asyncio.Event()
+        ev.set()
+
+    def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Runs coro as a task of the client's, which close waits for."""
+        loop = self._loop or asyncio.get_running_loop()
+        t = loop.create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(_forget(self._tasks))
+        return t
+
+    # --- life cycle ------------------------------------------------------
+
+    async def close(self) -> None:
+        """Closes every connection and stops the background work, after the releases
+        under way finished (each within its 5 s). Locks stay held on the server until
+        released or their lease runs out. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._closed_ev.set()
+        if self._loop is None:
+            self._closing = True
+            return
+        me = asyncio.current_task()
+        for t in list(self._keepalives):
+            t.cancel()
+        pending = [t for t in self._tasks if t is not me]
+        if pending:
+            await asyncio.wait(pending, timeout=RELEASE_WINDOW + 1.0)
+        self._closing = True
+        tasks: list[asyncio.Task[Any]] = [t for t in self._keepalives if t is not me]
+        for c in list(self._pool.conns):
+            c.drop()
+            if c.task is not None:
+                c.task.cancel()
+                tasks.append(c.task)
+        if self._refresher is not None:
+            self._refresher.cancel()
+            tasks.append(self._refresher)
+        for t in list(self._tasks):
+            if t is not me:
+                t.cancel()
+                tasks.append(t)
+        self._notify_change()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def __aenter__(self) -> Client:
+        self._start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # --- the pool --------------------------------------------------------
+
+    async def _pick(self, target: str | None, avoid: str | None, deadline: float | None) -> Conn:
+        """A connection that is up (Pool.choose says which); waits while a candidate is
+        being dialled."""
+        while True:
+            if self._closed:
+                raise ClientClosed("client closed")
+            if target is not None and self._pool.needs_conn(target):
+                self._add_conn(target)
+                self._refresh_now.set()  # MOVED named a node the client did not know
+            conn, dialing = self._pool.choose(target, avoid)
+            if conn is not None:
+                return conn
+            if not dialing:
+                if target is not None:
+                    for c in self._pool.conns:
+                        if c.addr == target:
+                            c.redial_soon()
+                raise self._pool.nothing_up(target)
+            timeout = 0.25
+            if deadline is not None:
+                timeout = min(timeout, deadline - time.monotonic())
+                if timeout <= 0:
+                    raise Unavailable("no connection came up in time")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._changed.wait()
+
+    def _conn_count(self) -> int:
+        return len(self._pool.live())
+
+    def _on_moved(self, target: str) -> None:
+        self._pool.preferred = target
+
+    def _conn_gone(self, conn: Conn) -> None:
+        """A retired connection closed: it leaves the pool."""
+        if conn in self._pool.conns:
+            self._pool.conns.remove(conn)
+        self._notify_change()
+
+    # --- the address refresh (C -, protocol 1.3) ---------------------------
+
+    def _conn_up(self, conn: Conn) -> None:
+        if self._refresh_supported is not False:
+            self._refresh_now.set()
+
+    def _conn_lost(self, conn: Conn) -> None:
+        if self._refresh_supported is not False:
+            self._refresh_now.set()
+
+    async def _refresh_loop(self) -> None:
+        """Refreshes the address list from C - when asked (a connection came up or was
+        lost, MOVED named an unknown node) and every 30 s."""
+        while not self._closed:
+            asked = False
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(REFRESH_INTERVAL):
+                    await self._refresh_now.wait()
+                    asked = True
+            self._refresh_now.clear()
+            if self._closed:
+                return
+            if asked and self._refresh_supported is False:
+                continue
+            with contextlib.suppress(Exception):  # best effort: the next trigger retries
+                await self._refresh()
+
+    async def _refresh(self) -> None:
+        try:
+            members = await self._members(refresh=True)
+        except Exception as e:
+            if is_badrequest(e) or isinstance(e, _NoAnswer):
+                self._refresh_supported = False
+            raise
+        self._refresh_supported = True
+        self._apply_members(members)
+
+    def _apply_members(self, members: list[str]) -> None:
+        if not members or self._closed:
+            return
+        add, retire = self._pool.plan(members)
+        for a in add:
+            self._add_conn(a)
+        for c in retire:
+            c.retire()
+        self._notify_change()
+
+    async def _members(self, refresh: bool) -> list[str]:
+        now = time.monotonic()
+        res = await self._exchange(
+            "C",
+            "-",
+            request_line("C", "-"),
+            Policy(
+                deadline=now + ANSWER_TIMEOUT if refresh else None,
+                unavailable_deadline=now + UNAVAILABLE_WINDOW,
+                answer_timeout=ANSWER_TIMEOUT,
+            ),
+        )
+        return members_from_answer(res.answer)
+
+    async def members(self) -> list[str]:
+        """The voters' client addresses, in priority order (``C -``, protocol 1.3). Raises
+        ServerError (code ``badrequest``) against a server older than 1.3."""
+        members = await self._members(refresh=False)
+        self._refresh_supported = True
+        self._apply_members(members)
+        return members
+
+    # --- the request loop ------------------------------------------------
+
+    async def _exchange(self, op: str, key: str, line: bytes, policy: Policy) -> Result:
+        """Sends the request until it gets an answer other than MOVED and the errors the
+        policy retries (Retry decides, as for the sync client)."""
+        self._start()
+        r = Retry(op, key, policy, self._conn_count, self._on_moved)
+        try:
+            return await self._attempts(r, line)
+        except BaseException:
+            if r.ambiguous and policy.on_give_up is not None:
+                policy.on_give_up()
+            raise
+
+    async def _attempts(self, r: Retry, line: bytes) -> Result:
+        op, key, policy = r.op, r.key, r.policy
+        loop = asyncio.get_running_loop()
+        while True:
+            r.check_deadline()
+            try:
+                conn = await self._pick(r.target, r.avoid, policy.deadline)
+            except Unavailable as e:
+                if isinstance(e, ClientClosed):
+                    raise
+                await self._pause(r.on_pick_error(e))
+                continue
+            r.picked()
+            if policy.line is not None:
+                line = policy.line()
+            call = Call(op, key, loop)
+            call.on_abandoned = policy.on_abandoned
+            try:
+                conn.send(call, line)
+            except ConnDown:
+                continue
+            try:
+                await call.wait(policy.answer_timeout)
+            except TimeoutError:
+                raise _NoAnswer(f"{op} {key}: no answer within {policy.answer_timeout} s") from None
+            if call.error is not None:
+                await self._pause(r.on_lost(call.error))
+                continue
+            ans = call.answer
+            assert ans is not None
+            d = r.on_answer(ans, conn.addr)
+            if d is None:
+                return Result(ans, r.ambiguous)
+            await self._pause(d)
+
+    async def _pause(self, d: float) -> None:
+        if d <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(d):
+                await self._closed_ev.wait()
+        if self._closed:
+            raise ClientClosed("client closed")
+
+    def _abandoned(self, req: AcquireRequest, ans: Answer | None) -> None:
+        """An attempt of an acquire whose caller gave up was answered (ans), or its
+        connection lost (None): whatever it may have been granted is released."""
+        if self._closing:
+            return
+        if ans is None:
+            self._spawn(self._clean_up(req))
+            return
+        token = granted_token(ans)
+        if token is not None:
+            self._spawn(self._release(req.key, token))
+
+    # --- requests ----------------------------------------------------------
+
+    async def acquire(
+        self,
+        key: str,
+        *,
+        lease: float,
+        wait: float | None = None,
+        owner: str | None = None,
+    ) -> Lock:
+        """Acquires the lock on key, with a lease of ``lease`` seconds.
+
+        ``wait=None`` waits for ever, ``wait=0`` tries once, otherwise at most ``wait``
+        seconds; raises AcquireTimeout when not granted in time. ``owner`` names the owner
+        (by default a fresh random one after the client's owner_prefix), which every retry
+        of this acquire sends again. Cancelled, it leaves nothing held: a grant that comes
+        after is released.
+        """
+        req = AcquireRequest(key, lease, wait, owner, self._owner_prefix)
+        policy = Policy(
+            deadline=None,
+            unavailable_deadline=req.unavailable_deadline,
+            line=req.line,
+            on_abandoned=lambda ans: self._abandoned(req, ans),
+            on_give_up=lambda: self._give_up_acquire(req),
+        )
+        may_be_old = req.explicit_owner
+        while True:
+            res = await self._exchange("A", key, b"", policy)
+            token = req.token(res.answer)
+            if not may_be_old and not res.ambiguous:
+                return Lock(self, key, token, req.owner, lease, req.sent_at)
+            # The grant may be older than the last attempt (an earlier attempt got it, or
+            # the caller's owner held the key before): renew it so that its lease is known.
+            renewed = time.monotonic()
+            try:
+                await self._extend(key, token, lease)
+            except NotHeld:
+                may_be_old = False  # it ran out meanwhile: ask again, as a new acquire
+                continue
+            except BaseException:
+                if not self._closing:
+                    self._spawn(self._release(key, token))
+                raise
+            return Lock(self, key, token, req.owner, lease, renewed)
+
+    def _give_up_acquire(self, req: AcquireRequest) -> None:
+        if not self._closing:
+            self._spawn(self._clean_up(req))
+
+    async def _clean_up(self, req: AcquireRequest) -> None:
+        """Releases the grant an acquire that gave up may hold unseen (its owner's)."""
+        res = await self._exchange(
+            "A",
+            req.key,
+            req.cleanup_line(),
+            Policy(deadline=time.monotonic() + RELEASE_WINDOW, steady=RELEASE_RETRY),
+        )
+        token = granted_token(res.answer)
+        if token is not None:
+            await self._release(req.key, token)
+
+    def lock(
+        self,
+        key: str,
+        *,
+        lease: float,
+        wait: float | None = None,
+        owner: str | None = None,
+    ) -> LockContext:
+        """``async with client.lock(key, lease=...) as lock:`` acquires the lock (raising,
+        and never entering the block, when it is not granted), keeps it alive while inside,
+        and releases it at exit."""
+        return LockContext(self, key, lease, wait, owner)
+
+    async def _release(self, key: str, token: int) -> bool:
+        """True: the grant no longer holds the key (OK, or NOTHELD to a retry).
+        False: NOTHELD to the first attempt. Raises Unavailable after 5 s."""
+        res = await self._exchange(
+            "R",
+            key,
+            request_line("R", key.encode(), token),
+            Policy(deadline=time.monotonic() + RELEASE_WINDOW, steady=RELEASE_RETRY),
+        )
+        return release_result(key, res.answer, res.ambiguous)
+
+    async def _extend(
+        self, key: str, token: int, lease: float, deadline: float | None = None
+    ) -> None:
+        lms = lease_ms(lease)
+        window = time.monotonic() + UNAVAILABLE_WINDOW
+        res = await self._exchange(
+            "K",
+            key,
+            request_line("K", key.encode(), token, lms),
+            Policy(
+                deadline=deadline,
+                unavailable_deadline=window if deadline is None else min(window, deadline),
+            ),
+        )
+        check_extend_answer(key, token, res.answer)
+
+    async def query(self, key: str) -> Holder | None:
+        """The committed state of key: None when free, else a Holder."""
+        kraw = check_key(key)
+        res = await self._exchange(
+            "Q",
+            key,
+            request_line("Q", kraw),
+            Policy(deadline=None, unavailable_deadline=time.monotonic() + UNAVAILABLE_WINDOW),
+        )
+        return holder_from_answer(key, res.answer)
+
+
+class Lock(LockBase):
+    """One grant of a key, as ``Client.acquire`` returns it; ``async with`` releases it
+    at exit.
+
+    The client tracks the lease with its own clock, conservatively: from when the
+    acquire (or the last confirmed extend) was sent, not from when the server granted it.
+    """
+
+    def __init__(
+        self, client: Client, key: str, token: int, owner: str, lease: float, since: float
+    ) -> None:
+        super().__init__(key, token, owner, lease, since)
+        self._client = client
+        self._ka_task: asyncio.Task[None] | None = None
+        self._release_task: asyncio.Task[bool] | None = None
+
+    async def extend(self, *, lease: float) -> None:
+        """Sets the lease to ``lease`` seconds from now; a running keep-alive renews this
+        new lease from then on. Raises NotHeld (and the lock counts as lost) when the grant
+        no longer holds the key."""
+        self._check_not_released()
+        await self._extend(lease, None)
+
+    async def _extend(self, lease: float, deadline: float | None) -> None:
+        sent = time.monotonic()
+        try:
+            await self._client._extend(self._key, self._token, lease, deadline)
+        except NotHeld:
+            self._mark_lost()
+            raise
+        self._extended(sent, lease)
+
+    async def release(self) -> bool:
+        """Releases the lock (sending its token, so it can never free someone else's grant)
+        and stops the keep-alive.
+
+        Returns True once this grant no longer holds the key, False when it had already
+        lost it. Retried every 200 ms for 5 s when no connection serves it; then raises
+        Unavailable. A second release after a successful one returns True.
+
+        The release runs as a task of its own: cancelling the caller does not stop it
+        (it goes on until the server confirmed it, or 5 s passed), and a release called
+        meanwhile waits for the same one.
+        """
+        self._stop_keep_alive()
+        done = self._release_done()
+        if done is not None:
+            return done
+        t = self._release_task
+        if t is None or (t.done() and (t.cancelled() or t.exception() is not None)):
+            t = self._release_task = self._client._spawn(self._do_release())
+        return await asyncio.shield(t)
+
+    async def _do_release(self) -> bool:
+        return self._released_as(await self._client._release(self._key, self._token))
+
+    def keep_alive(self) -> None:
+        """Starts a task that extends the lease every lease/3 until the lock is released
+        or lost, and returns at once. Calling it again does nothing."""
+        if self._ka_task is not None or self._keep_alive_due() is None:
+            return
+        client = self._client
+        client._start()
+        t = asyncio.get_running_loop().create_task(
+            self._keep_alive(), name=f"baton-keepalive-{self._key}"
+        )
+        self._ka_task = t
+        client._keepalives.add(t)
+        t.add_done_callback(_forget(client._keepalives))
+
+    def _stop_keep_alive(self) -> None:
+        t = self._ka_task
+        if t is not None and t is not asyncio.current_task():
+            t.cancel()
+
+    async def _keep_alive(self) -> None:
+        client = self._client
+        try:
+            while True:
+                due = self._keep_alive_due()
+                if due is None:
+                    return
+                lease, expires, next_at = due
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                while True:
+                    if client._closed or time.monotonic() >= expires:
+                        self._mark_lost()
+                        return
+                    try:
+                        await self._extend(lease, expires)
+                        break
+                    except NotHeld:
+                        return  # _extend marked it lost
+                    except BatonError:
+                        pass
+                    await asyncio.sleep(KEEP_ALIVE_RETRY)
+        except asyncio.CancelledError:
+            if client._closed:
+                self._mark_lost()  # as the sync client: nothing keeps it alive any more
+            raise
+
+    async def __aenter__(self) -> Lock:
+        self.ensure_held()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+
+class LockContext:
+    """What ``Client.lock`` returns: ``async with`` acquires, keeps alive and releases."""
+
+    def __init__(
+        self, client: Client, key: str, lease: float, wait: float | None, owner: str | None
+    ) -> None:
+        self._client = client
+        self._key = key
+        self._lease = lease
+        self._wait = wait
+        self._owner = owner
+        self._lock: Lock | None = None
+
+    async def __aenter__(self) -> Lock:
+        lk = await self._client.acquire(
+            self._key, lease=self._lease, wait=self._wait, owner=self._owner
+        )
+        # No await between the grant and the block: a cancellation lands either in the
+        # acquire (which then leaves nothing held) or in the block (which releases).
+        try:
+            lk.keep_alive()
+            lk.ensure_held()
+        except BaseException:
+            self._client._spawn(lk.release())
+            raise
+        self._lock = lk
+        return lk
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lk, self._lock = self._lock, None
+        if lk is not None:
+            await lk.release()
+
+
+def _forget(tasks: set[asyncio.Task[Any]]) -> Any:
+    """A done callback that drops a finished task from tasks and reads its exception (so
+    that nobody is told it was never retrieved)."""
+
+    def done(t: asyncio.Task[Any]) -> None:
+        tasks.discard(t)
+        if not t.cancelled():
+            t.exception()
+
+    return done
