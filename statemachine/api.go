@@ -68,11 +68,16 @@
 //
 //	header (21 bytes, fixed so that Seal can patch it in place):
 //	  version  u8   (1, or 2 if a command is an owned Grant, 3: a fence,
-//	                4: a hand-off request, 5: a level report, 6: a raise)
+//	                4: a hand-off request, 5: a level report, 6: a raise,
+//	                7: a directory write)
 //	  proposer u64  (not 0 in a fence; a Raft replica id in versions 4
-//	                to 6)
-//	  seq      u64  (the level, not 0, in versions 5 and 6)
-//	  count    u32  number of commands that follow (0 in versions 3 to 6)
+//	                to 7)
+//	  seq      u64  (the level, not 0, in versions 5 and 6; the base
+//	                directory version in version 7)
+//	  count    u32  number of commands that follow (0 in versions 3 to 7)
+//	version 7 only, after the header:
+//	  bloblen  uvarint, 1..MaxDirectory
+//	  blob     bloblen bytes
 //	count times:
 //	  op       u8   wire op: OpGrant..OpExpire, or 5 (owned Grant,
 //	                version 2 only)
@@ -124,6 +129,13 @@
 // (Seq 0). A report changes nothing in the table; a raise only its
 // cluster version. A replica of level 1 skips both and stays in step.
 //
+// Version 7 is a directory write (see "Directory"): the header, with
+// count 0, the proposing node's replica id as the proposer and the base
+// version in the seq field, then the blob, which ends the entry; it
+// decodes to a Header with Directory set, Base the base (Seq 0) and Blob
+// the blob. A replica of level 2 skips it and stays in step, as a
+// directory write changes nothing below LevelMembership.
+//
 // # Cluster version
 //
 // Every build has a FeatureLevel: the newest formats of the log, the
@@ -141,6 +153,26 @@
 // a version above its FeatureLevel (ErrTooOld, StoredClusterVersion).
 // FeatureLevel's doc lists what each level brings.
 //
+// # Directory
+//
+// Each shard's table has a directory: an opaque blob, for the engine
+// (which keeps the cluster's membership in shard 1's), and a version
+// that counts the writes that took, 0 while it was never set
+// (Table.Directory). It is Raft state like the locks: written only by
+// directory writes (SealDirectory, entry version 7), kept in the
+// checkpoint and in the snapshot stream, so that every replica has the
+// same directory at the same index, after a restart or a snapshot
+// recovery too. A write is a compare-and-set: it takes if and only if
+// the table's cluster version is LevelMembership or more and its Base is
+// the directory's version, and then the directory is its blob and the
+// version one more; otherwise nothing changes, and the proposer learns
+// that from the version it reads after its write's Applied. The
+// compare-and-set, not the fence, orders the writes of different nodes
+// (a directory write is never Fenced), and a write changes no lock.
+// Below LevelMembership a write changes nothing, because a replica of
+// level 2 may still be in the shard, and it skips version 7 entries.
+// Backups carry the directory, and a restore drops it (RestoreBackup).
+//
 // # Pebble layout
 //
 // All shards of a node share one pebble DB (see OpenDB):
@@ -148,6 +180,18 @@
 //	't' shard(u32 BE) key  ->  token u64 LE, lease_ms u32 LE, owner       the lock table
 //	'm' shard(u32 BE)      ->  applied u64 LE, seq u64 LE, fence u64 LE  the shard's meta
 //	                           [, cluster version u64 LE]
+//	'd' shard(u32 BE)      ->  directory version u64 LE, blob             the shard's directory
+//
+// The directory's row is absent while its version is 0 (a table that
+// never had a directory, or one below LevelMembership, and every data
+// dir from before it, which therefore opens as it is). Its blob is
+// 1..MaxDirectory bytes. It is part of the checkpoint: written in the
+// checkpoint's batch, with the meta, by the first checkpoint after it
+// changed (it changes seldom, so the others do not write it again),
+// dropped and written with the meta by a snapshot recovery, dropped
+// with the rows of a shard without a meta, and never written by a
+// restore. A build of level 2 never sees one: the shard's meta says
+// version 3 by then, and such a build refuses it (ErrTooOld).
 //
 // A row's owner is the rest of its value, 0..MaxOwnerLen bytes (none: the
 // value is 12 bytes). That is also the row of a table written before owners
@@ -172,7 +216,8 @@
 // so a shard can be scanned or dropped (DeleteRange) on its own.
 //
 // Pebble holds a checkpoint of the table: the rows of the keys held at some
-// applied index, and the meta with that index, seq and fence. Update
+// applied index, the meta with that index, seq and fence, and the
+// directory. Update
 // applies to the in-memory table only and remembers which keys changed; a
 // checkpoint writes those rows (deletes for the keys freed since) and the
 // meta in ONE pebble batch. Checkpoints are written at Sync, Close and PrepareSnapshot
@@ -190,11 +235,15 @@
 //
 // # Snapshot stream
 //
-//	header:  magic "btsn", version u8 (4 if the table's cluster version
-//	         is 2 or more, else 3 if it has a fence, else 2 if a lock has
-//	         an owner, else 1), shard u32 LE, applied u64 LE, seq u64 LE,
-//	         then in version 3: fence u64 LE (not 0), in version 4:
-//	         fence u64 LE (0: none), cluster version u64 LE (2 or more)
+//	header:  magic "btsn", version u8 (5 if the table's cluster version
+//	         is LevelMembership or more, else 4 if it is 2 or more, else
+//	         3 if it has a fence, else 2 if a lock has an owner, else 1),
+//	         shard u32 LE, applied u64 LE, seq u64 LE,
+//	         then in version 3: fence u64 LE (not 0), in versions 4 and
+//	         5: fence u64 LE (0: none), cluster version u64 LE (2 or
+//	         more; 3 or more in version 5, less in version 4), then in
+//	         version 5: directory version u64 LE, bloblen uvarint
+//	         (0..MaxDirectory), blob (0 and 0: never set; else neither)
 //	records: keylen uvarint (1..MaxKeyLen), key, token uvarint,
 //	         lease_ms uvarint, then from version 2 on: ownerlen uvarint
 //	         (0..MaxOwnerLen, 0: no owner), owner; in key order
@@ -224,6 +273,15 @@
 // version 4 stream of version 1 or less is rejected (one encoding per
 // table), and one of a version above FeatureLevel is refused (ErrTooOld).
 //
+// Version 5 is the stream of a table whose cluster version is
+// LevelMembership or more: version 4 and the table's directory (see
+// "Directory"), which RecoverFromSnapshot takes as the table's, replacing
+// the one it had, in memory and in pebble. A table below LevelMembership
+// is streamed as before (version 4 or less), so that a node of level 2
+// can recover from it; a version 5 stream of a cluster version below
+// LevelMembership is rejected, and so is a version 4 stream of one at or
+// above it (one encoding per table).
+//
 // Mixing releases across the fence is not supported: a node of the
 // release before it rejects version 3 entries (it skips them, so it would
 // apply the batches a fence keeps out, and its table would part from the
@@ -242,10 +300,13 @@
 //
 // A backup (WriteBackup, for a node's GET /backup) is a file of package
 // backup with one part per shard, each part the shard's snapshot stream
-// above, of the in-memory table as Lookup(BackupQuery{}) copied it.
-// RestoreBackup writes such a file into the lock table of a new node, as
-// the tables of a new cluster: applied index 0, the first seq of the next
-// restore epoch, fence 0, cluster version 1 (see RestoreBackup).
+// above, of the in-memory table as Lookup(BackupQuery{}) copied it: so
+// from LevelMembership on, a part (version 5) carries the shard's
+// directory. RestoreBackup writes such a file into the lock table of a
+// new node, as the tables of a new cluster: applied index 0, the first
+// seq of the next restore epoch, fence 0, cluster version 1, no
+// directory (a new cluster has new members; BackupInfo.Directory shows
+// the old ones; see RestoreBackup).
 //
 // # Memory and concurrency
 //
@@ -376,6 +437,14 @@ type Result struct {
 // that are not 0, and are neither a fence nor a hand-off request (Seal
 // panics otherwise). See "Cluster version" in the package doc.
 //
+// Directory marks a directory write (SealDirectory): the shard's
+// directory becomes Blob if its version is Base when the entry applies
+// and the table's cluster version is LevelMembership or more; otherwise
+// nothing changes. Proposer is the replica id of the node that proposes
+// it (not 0); Base is encoded in the seq field (Seq is 0); Blob is
+// 1..MaxDirectory bytes and, decoded, aliases the entry: it is valid
+// during the Applied call only. See "Directory" in the package doc.
+//
 // Size is not encoded: Update sets it to the entry's size in the Raft log
 // (its command's bytes) before it tells the observer, which may bound the
 // log by bytes with it.
@@ -387,14 +456,19 @@ type Header struct {
 	Report   bool
 	Raise    bool
 	Level    uint64 // Report, Raise: the level (encoded in the seq field; Seq is 0)
-	Size     int
+	// Directory, Base and Blob: see above. A Header is not comparable
+	// (==) because of Blob; compare the fields that matter.
+	Directory bool
+	Base      uint64 // Directory: the directory version the write replaces (encoded in the seq field; Seq is 0)
+	Blob      []byte // Directory: the new directory, 1..MaxDirectory bytes
+	Size      int
 }
 
 // kinds counts the entry kinds h is marked with; a batch of commands is
 // none of them, and every other entry exactly one.
 func (h Header) kinds() int {
 	n := 0
-	for _, k := range [...]bool{h.Fence, h.HandOff, h.Report, h.Raise} {
+	for _, k := range [...]bool{h.Fence, h.HandOff, h.Report, h.Raise, h.Directory} {
 		if k {
 			n++
 		}
@@ -435,7 +509,9 @@ type Observer interface {
 	// changes are in the in-memory table (pebble gets them with the next
 	// checkpoint: see the package doc), once per decodable
 	// entry, including entries with zero commands (a fence among them,
-	// with h.Fence set) and batches the fence kept out (every result
+	// with h.Fence set, and a directory write, with h.Directory set,
+	// whether it took or not: the table's Directory says) and batches
+	// the fence kept out (every result
 	// Fenced); undecodable entries are not reported. Command.Key and
 	// Command.Owner alias the Raft entry. The table is the entry's end
 	// state: a key the entry changed twice shows the second change while

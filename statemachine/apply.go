@@ -59,6 +59,15 @@ type table struct {
 	// applies (see FeatureLevel). From 2 on, the meta and the snapshot
 	// stream carry it.
 	level uint64
+	// dirVersion counts the directory writes that took (0: the directory
+	// was never set), and dir is the directory they left (nil while
+	// dirVersion is 0): see "Directory" in the package doc. dir is
+	// replaced by a new copy at each write, never changed in place, so
+	// the slices of it that Table.Directory and snapshots hand out stay
+	// valid. dirChanged says the checkpoint does not have it yet.
+	dirVersion uint64
+	dir        []byte
+	dirChanged bool
 
 	index keyIndex
 	keys  keyArena
@@ -107,6 +116,11 @@ func newTable(shard uint64, seq uint64, sizeHint int) *table {
 //   - A raise sets the table's cluster version to its level, if that is
 //     higher: even above this build's FeatureLevel, so that every replica's
 //     table stays alike; the engine then stops a node that is too old.
+//   - A directory write (no commands either) replaces the directory if
+//     the table's cluster version is LevelMembership or more and the
+//     write's base is the directory's version (setDirectory). It is not
+//     kept out by the fence: its compare-and-set is what orders the
+//     writes of different nodes, and it changes no lock.
 //   - Once the table has a fence, a batch of any other proposer is answered
 //     Fenced, every command of it, and changes nothing: no row, no token
 //     counter, no changed set.
@@ -121,6 +135,8 @@ func (t *table) applyBatch(h Header, cmds []Command, results []Result) []Result 
 		// Never lowered: a raise proposed by a leader that had not applied
 		// a later one yet changes nothing.
 		t.level = max(t.level, h.Level)
+	case h.Directory:
+		t.setDirectory(h.Base, h.Blob)
 	case t.fence != 0 && h.Proposer != t.fence:
 		for range cmds {
 			results = append(results, Result{Code: Fenced})
@@ -328,6 +344,7 @@ func (t *table) checkpointed() {
 	}
 	t.changed = t.changed[:0]
 	t.dirty = 0
+	t.dirChanged = false
 }
 
 // ownerOf is the owner of the row in slot i, "" if it has none.

@@ -18,6 +18,14 @@ import (
 // per shard, each part the shard's snapshot stream (see the package doc),
 // and a new cluster's tables written from such a file before it starts.
 //
+// The file's format (package backup's version 1) did not change with the
+// directory: each part says its own stream version, and a part of
+// version 5 carries the shard's directory. So every backup written
+// before still restores as it did, and a backup of a cluster below
+// LevelMembership is the same file as before; a build of level 2 refuses
+// a part of version 5 ("unknown version 5"), as it would refuse to take
+// part in the cluster it came from.
+//
 // A shard is captured by Lookup(BackupQuery{}), on any replica (dragonboat's
 // StaleRead): under the table's read lock it copies the table's locks
 // (their keys alias the arena's bytes and their owners are the table's
@@ -88,7 +96,8 @@ var ErrEpochsExhausted = errors.New("statemachine: no restore epoch left")
 type BackupQuery struct{}
 
 // ShardBackup is one shard's table at one applied index, captured by
-// Lookup(BackupQuery{}): its locks, its token counter and its fence.
+// Lookup(BackupQuery{}): its locks, its token counter, its fence, its
+// cluster version and its directory.
 type ShardBackup struct {
 	shard uint64
 	meta  meta
@@ -232,6 +241,9 @@ func writeBackup(w io.Writer, shards int, capture func(shard uint64) (*ShardBack
 		}
 		info.Locks += len(b.locks)
 		info.Epoch = max(info.Epoch, int(seqEpoch(b.meta.seq)))
+		if id == 1 && b.meta.dirVersion != 0 {
+			info.Directory = []byte(b.meta.dir)
+		}
 	}
 	info.RestoreEpoch = info.Epoch + 1
 	if bw == nil {
@@ -252,6 +264,12 @@ type BackupInfo struct {
 	// started, from RestoreBackup): Epoch+1. Every token the restored
 	// cluster issues is at least RestoreEpoch<<56.
 	RestoreEpoch int
+	// Directory is shard 1's directory in the backup (where the engine
+	// keeps the member list), nil if it was never set (a cluster below
+	// LevelMembership): the membership of the cluster backed up, for
+	// `baton backup` and an operator to see. RestoreBackup does not
+	// restore it (see there). A copy, the caller's.
+	Directory []byte
 }
 
 // CheckBackup reads the backup file r whole and checks it as RestoreBackup
@@ -270,9 +288,15 @@ func CheckBackup(r io.Reader) (BackupInfo, error) {
 // the first of the epoch above the backup's, so that tokens go on above
 // every token the backed-up cluster issued, before the backup or after it
 // (see "Restore epochs" above), and fence 0 (no proposer of the new
-// cluster has fenced yet). The held locks keep their tokens, all in the
-// backup's epoch or below. A db in which a shard has a table already is
-// refused, and so is a backup of a cluster in epoch MaxEpoch
+// cluster has fenced yet); cluster version 1, as a cluster bootstrapped
+// fresh, which the new cluster's nodes raise again; and no directory. The
+// directory is dropped on purpose: it is the membership of the cluster
+// backed up (in shard 1's), and a restored cluster is a new cluster with
+// new members, bootstrapped from its own --peers; keeping the old list
+// would make the engine believe in members that are not there.
+// BackupInfo.Directory still shows it. The held locks keep their tokens,
+// all in the backup's epoch or below. A db in which a shard has a table
+// already is refused, and so is a backup of a cluster in epoch MaxEpoch
 // (ErrEpochsExhausted). The rows are written shard by shard, each shard
 // checked first, and every meta at the end in one synced batch: until then
 // Open finds no table (rows without a meta are dropped), so a restore cut
@@ -384,6 +408,9 @@ func readBackup(r io.Reader, db *pebble.DB, fn func(*onDisk, *table) error) (Bac
 				ErrEpochsExhausted, p.Shard, e, MaxEpoch)
 		}
 		info.Epoch = max(info.Epoch, int(seqEpoch(t.seq)))
+		if p.Shard == 1 && t.dirVersion != 0 {
+			info.Directory = t.dir // the table's own copy, read from r
+		}
 		if err := fn(s, t); err != nil {
 			return BackupInfo{}, err
 		}

@@ -86,12 +86,12 @@ func TestBackupRoundTrip(t *testing.T) {
 	}
 
 	want := BackupInfo{Shards: 3, Locks: 3001, Epoch: 0, RestoreEpoch: 1}
-	if info, err := CheckBackup(bytes.NewReader(data)); err != nil || info != want {
+	if info, err := CheckBackup(bytes.NewReader(data)); err != nil || !reflect.DeepEqual(info, want) {
 		t.Fatalf("CheckBackup: %+v, %v; want %+v", info, err, want)
 	}
 	db := newTestDB(t)
 	info, err := RestoreBackup(db, bytes.NewReader(data))
-	if err != nil || info != want {
+	if err != nil || !reflect.DeepEqual(info, want) {
 		t.Fatalf("RestoreBackup: %+v, %v; want %+v", info, err, want)
 	}
 	for i, s := range src {
@@ -283,7 +283,7 @@ func TestRestoreEpoch(t *testing.T) {
 				return
 			}
 			want := BackupInfo{Shards: len(tc.seqs), Locks: info.Locks, Epoch: tc.epoch, RestoreEpoch: tc.epoch + 1}
-			if cerr != nil || err != nil || info != want || cinfo != want {
+			if cerr != nil || err != nil || !reflect.DeepEqual(info, want) || !reflect.DeepEqual(cinfo, want) {
 				t.Fatalf("CheckBackup %+v, %v; RestoreBackup %+v, %v; want %+v", cinfo, cerr, info, err, want)
 			}
 			start := uint64(tc.epoch+1) << epochShift

@@ -36,6 +36,14 @@ const (
 	// both as entries it cannot decode, stays in step with the others.
 	encVersionReport = 5
 	encVersionRaise  = 6
+	// encVersionDirectory is the format of a directory write (see
+	// SealDirectory): a header, count 0, with the Raft replica id of the
+	// node that proposes it (not 0) as its proposer and the directory
+	// version it replaces in the seq field, then the blob. A build of
+	// level 2 rejects version 7 as unknown and skips it; below
+	// LevelMembership a directory write changes nothing, so that such a
+	// replica stays in step with the others (see FeatureLevel).
+	encVersionDirectory = 7
 	// opGrantOwned is the wire op of a Grant with an owner (version 2
 	// only); it decodes to OpGrant with Owner set. A Grant without an owner
 	// is wire op OpGrant, encoded alike in both versions.
@@ -83,7 +91,17 @@ var (
 	errLevelCmds     error = decodeError("level report or raise with commands")
 	errLevelProposer error = decodeError("level report or raise of replica 0")
 	errLevelZero     error = decodeError("level report or raise of level 0")
+	// A directory write, likewise, followed by its blob.
+	errDirCmds     error = decodeError("directory write with commands")
+	errDirProposer error = decodeError("directory write of replica 0")
+	errDirLen      error = decodeError("directory length out of range")
 )
+
+// MaxDirectory is the largest directory blob (SealDirectory): the
+// membership of a cluster is a few hundred bytes, and the bound keeps a
+// directory write well below dragonboat's largest proposal, and the
+// memory a snapshot stream may make a replica allocate for one small.
+const MaxDirectory = 64 << 10
 
 // Batch builds one Raft entry from many commands. The zero value is ready.
 // A Batch is not safe for concurrent use.
@@ -111,6 +129,10 @@ func (b *Batch) Append(c Command) {
 	}
 	if len(b.buf) < headerLen {
 		b.buf = append(b.buf[:0], make([]byte, headerLen)...)
+	} else if b.n == 0 {
+		// A directory write sealed from this batch left its blob after
+		// the header: the first command goes in its place.
+		b.buf = b.buf[:headerLen]
 	}
 	op := byte(c.Op)
 	owned := c.Op == OpGrant && len(c.Owner) > 0
@@ -189,7 +211,11 @@ func (b *Batch) Size() int { return max(len(b.buf), headerLen) }
 // h.Raise the entry is a level report (version 5) or a raise (version 6),
 // with h.Level in the seq field; Seal panics if the batch has commands, or
 // h.Proposer or h.Level is 0, or h is of another kind too. A replica of
-// level 1 skips both, and neither changes a lock (FeatureLevel).
+// level 1 skips both, and neither changes a lock (FeatureLevel). With
+// h.Directory the entry is a directory write (version 7, see
+// SealDirectory), with h.Base in the seq field and h.Blob after the
+// header; Seal panics if the batch has commands, h.Proposer is 0, h.Blob
+// is not 1..MaxDirectory bytes long or h is of another kind too.
 func (b *Batch) Seal(h Header) []byte {
 	if h.Fence && b.n > 0 {
 		panic("statemachine: Batch.Seal: a fence with commands")
@@ -203,10 +229,20 @@ func (b *Batch) Seal(h Header) []byte {
 	if (h.Report || h.Raise) && (b.n > 0 || h.Proposer == 0 || h.Level == 0 || h.kinds() > 1) {
 		panic("statemachine: Batch.Seal: a level report or raise with commands, of replica 0, of level 0, or of another kind too")
 	}
+	if h.Directory && (b.n > 0 || h.Proposer == 0 || len(h.Blob) == 0 || len(h.Blob) > MaxDirectory || h.kinds() > 1) {
+		panic("statemachine: Batch.Seal: a directory write with commands, of replica 0, with a blob out of range, or of another kind too")
+	}
 	if len(b.buf) < headerLen {
 		b.buf = append(b.buf[:0], make([]byte, headerLen)...)
 	}
+	if b.n == 0 {
+		// Only a directory write has bytes after a header without
+		// commands: drop those of an earlier Seal of the same batch.
+		b.buf = b.buf[:headerLen]
+	}
 	switch {
+	case h.Directory:
+		b.buf[0] = encVersionDirectory
 	case h.Fence:
 		b.buf[0] = encVersionFence
 	case h.HandOff:
@@ -222,12 +258,36 @@ func (b *Batch) Seal(h Header) []byte {
 	}
 	binary.LittleEndian.PutUint64(b.buf[1:], h.Proposer)
 	seq := h.Seq
-	if h.Report || h.Raise {
+	switch {
+	case h.Report || h.Raise:
 		seq = h.Level
+	case h.Directory:
+		seq = h.Base
 	}
 	binary.LittleEndian.PutUint64(b.buf[9:], seq)
 	binary.LittleEndian.PutUint32(b.buf[17:], b.n)
+	if h.Directory {
+		b.buf = binary.AppendUvarint(b.buf, uint64(len(h.Blob)))
+		b.buf = append(b.buf, h.Blob...)
+	}
 	return b.buf
+}
+
+// SealDirectory returns a new entry that writes blob as the shard's
+// directory if the directory's version is still base when it applies: a
+// compare-and-set, so that of two writes based on the same version only
+// the first takes, and the proposer of the second, which reads
+// Table.Directory after its Applied, sees that it did not. proposer is
+// the Raft replica id of the node that proposes it. It takes effect only
+// in a table of cluster version LevelMembership or more (see
+// "Directory" in the package doc), so the engine proposes it only from
+// that version on. It panics if proposer is 0 or blob is not
+// 1..MaxDirectory bytes long: every replica would reject such an entry,
+// so it is a bug in the caller, as with Seal's panics.
+func SealDirectory(proposer, base uint64, blob []byte) []byte {
+	var b Batch
+	b.Grow(binary.MaxVarintLen64 + len(blob))
+	return b.Seal(Header{Proposer: proposer, Directory: true, Base: base, Blob: blob})
 }
 
 // Reset empties the batch, keeping its memory.
@@ -242,15 +302,19 @@ func (b *Batch) Reset() {
 // alias data). A fence (version 3) decodes to a Header with Fence set and
 // no commands, a hand-off request (version 4) to one with HandOff set and
 // no commands, a level report (5) or raise (6) to one with Report or
-// Raise set, its Level from the seq field and Seq 0; versions 1 and 2 to
-// one with none of them. A malformed entry is an error.
+// Raise set, its Level from the seq field and Seq 0; a directory write
+// (7) to one with Directory set, its Base from the seq field (Seq 0) and
+// its Blob aliasing data; versions 1 and 2 to one with none of them. A
+// malformed entry is an error.
 //
 // Every field is checked (version, ops, key lengths 1..MaxKeyLen, owner
 // lengths 1..MaxOwnerLen, minimal varints, lease_ms within 32 bits, the
 // count, no trailing bytes, an owned Grant in a version 2 entry and none in
 // a version 1 entry, no commands and a proposer other than 0 in a fence,
-// a hand-off request, a level report and a raise, and a level other than
-// 0 in the last two),
+// a hand-off request, a level report, a raise and a directory write, a
+// level other than 0 in the report and the raise, and a blob of
+// 1..MaxDirectory bytes, with a minimal length, that ends the entry in a
+// directory write),
 // so that a valid entry re-encodes (Append, Seal) to exactly the same
 // bytes. On error cmds is returned at its original length and the error
 // matches ErrMalformed. DecodeBatch never panics and allocates only to
@@ -271,19 +335,23 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 		return fail(errShort)
 	}
 	version := data[0]
-	if version < encVersionNoOwners || version > encVersionRaise {
+	if version < encVersionNoOwners || version > encVersionDirectory {
 		return fail(errVersion)
 	}
 	h := Header{
-		Proposer: binary.LittleEndian.Uint64(data[1:]),
-		Seq:      binary.LittleEndian.Uint64(data[9:]),
-		Fence:    version == encVersionFence,
-		HandOff:  version == encVersionHandOff,
-		Report:   version == encVersionReport,
-		Raise:    version == encVersionRaise,
+		Proposer:  binary.LittleEndian.Uint64(data[1:]),
+		Seq:       binary.LittleEndian.Uint64(data[9:]),
+		Fence:     version == encVersionFence,
+		HandOff:   version == encVersionHandOff,
+		Report:    version == encVersionReport,
+		Raise:     version == encVersionRaise,
+		Directory: version == encVersionDirectory,
 	}
-	if h.Report || h.Raise {
+	switch {
+	case h.Report || h.Raise:
 		h.Level, h.Seq = h.Seq, 0
+	case h.Directory:
+		h.Base, h.Seq = h.Seq, 0
 	}
 	n := binary.LittleEndian.Uint32(data[17:])
 	switch {
@@ -301,8 +369,27 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 		return fail(errHandOffCmds)
 	case h.HandOff && h.Proposer == 0:
 		return fail(errHandOffProposer)
+	case h.Directory && n != 0:
+		return fail(errDirCmds)
+	case h.Directory && h.Proposer == 0:
+		return fail(errDirProposer)
 	}
 	p := data[headerLen:]
+	if h.Directory {
+		bl, m := uvarint(p)
+		if m <= 0 {
+			return fail(errVarint)
+		}
+		p = p[m:]
+		if bl == 0 || bl > MaxDirectory {
+			return fail(errDirLen)
+		}
+		if bl > uint64(len(p)) {
+			return fail(errTrunc)
+		}
+		// Capped, like a key: an append to it must not reach past it.
+		h.Blob, p = p[:bl:bl], p[bl:]
+	}
 	if uint64(n) > uint64(len(p)/minCmdLen) {
 		return fail(errCount)
 	}

@@ -42,6 +42,8 @@ func TestBatchRoundTrip(t *testing.T) {
 		{"hand-off request with a seq", Header{Proposer: math.MaxUint64, Seq: 7, HandOff: true}, nil},
 		{"level report", Header{Proposer: 3, Report: true, Level: FeatureLevel}, nil},
 		{"raise", Header{Proposer: math.MaxUint64, Raise: true, Level: math.MaxUint64}, nil},
+		{"directory write", Header{Proposer: 2, Directory: true, Blob: []byte("m")}, nil},
+		{"directory write of the largest blob", Header{Proposer: math.MaxUint64, Directory: true, Base: math.MaxUint64, Blob: bytes.Repeat([]byte{0xa5}, MaxDirectory)}, nil},
 		{"grant", Header{Proposer: math.MaxUint64, Seq: 1}, []Command{grant("a", 1000)}},
 		{"grant with owner", Header{}, []Command{grantBy("a", 1000, "client-7f3a")}},
 		{"grant with empty owner", Header{}, []Command{{Op: OpGrant, Key: []byte("a"), LeaseMs: 1, Owner: []byte{}}}},
@@ -88,7 +90,7 @@ func TestBatchRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if h != tc.h {
+			if !reflect.DeepEqual(h, tc.h) {
 				t.Errorf("header = %+v, want %+v", h, tc.h)
 			}
 			if len(cmds) != len(tc.cmds) {
@@ -120,6 +122,9 @@ func wantVersion(h Header, cmds []Command) byte {
 	}
 	if h.Raise {
 		return encVersionRaise
+	}
+	if h.Directory {
+		return encVersionDirectory
 	}
 	for _, c := range cmds {
 		if c.Op == OpGrant && len(c.Owner) > 0 {
@@ -293,6 +298,12 @@ func TestSealPanicsOnInvalidHeaderOnly(t *testing.T) {
 		{"report and raise", Header{Proposer: 1, Report: true, Raise: true, Level: 2}, nil},
 		{"fence and raise", Header{Proposer: 1, Fence: true, Raise: true, Level: 2}, nil},
 		{"hand-off request and report", Header{Proposer: 1, HandOff: true, Report: true, Level: 2}, nil},
+		{"directory write with a command", Header{Proposer: 1, Directory: true, Blob: []byte("m")}, []Command{grant("a", 1)}},
+		{"directory write of replica 0", Header{Directory: true, Blob: []byte("m")}, nil},
+		{"directory write without a blob", Header{Proposer: 1, Directory: true}, nil},
+		{"directory write of a blob too long", Header{Proposer: 1, Directory: true, Blob: make([]byte, MaxDirectory+1)}, nil},
+		{"directory write and fence", Header{Proposer: 1, Directory: true, Fence: true, Blob: []byte("m")}, nil},
+		{"directory write and raise", Header{Proposer: 1, Directory: true, Raise: true, Level: 3, Blob: []byte("m")}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -338,7 +349,7 @@ func TestDecodeBatchVersion1(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if h != tc.h || !reflect.DeepEqual(cmds, tc.cmds) {
+			if !reflect.DeepEqual(h, tc.h) || !reflect.DeepEqual(cmds, tc.cmds) {
 				t.Fatalf("decoded %+v %+v, want %+v %+v", h, cmds, tc.h, tc.cmds)
 			}
 			if again := encode(h, cmds...); !bytes.Equal(again, tc.data) {
@@ -466,6 +477,13 @@ func TestDecodeBatchErrors(t *testing.T) {
 		h[1], h[9] = r, 2
 		return h
 	}
+	// hdr7 is a directory write's header, of replica 2, base 1, with
+	// count n; the blob's length and bytes follow it.
+	hdr7 := func(n uint32) []byte {
+		h := hdrV(encVersionDirectory, n)
+		h[1], h[9] = 2, 1
+		return h
+	}
 	levelZero := func(v byte) []byte {
 		h := hdrL(v, 1, 0)
 		h[9] = 0
@@ -484,7 +502,7 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"empty", nil, errShort},
 		{"short header", valid[:headerLen-1], errShort},
 		{"version 0", cat([]byte{0}, valid[1:]), errVersion},
-		{"version 7", cat([]byte{7}, valid[1:]), errVersion},
+		{"version 8", cat([]byte{8}, valid[1:]), errVersion},
 		{"version 255", cat([]byte{255}, valid[1:]), errVersion},
 
 		// A fence is a header alone, with a proposer.
@@ -515,6 +533,20 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"raise of replica 0", hdrL(encVersionRaise, 0, 0), errLevelProposer},
 		{"raise to level 0", levelZero(encVersionRaise), errLevelZero},
 		{"short raise", hdrL(encVersionRaise, 1, 0)[:headerLen-1], errShort},
+
+		// A directory write is a header, with the replica, and a blob of
+		// 1..MaxDirectory bytes that ends the entry.
+		{"directory write with a command", cat(hdr7(1), []byte{1, 'm'}, []byte{1, 1, 'k', 1}), errDirCmds},
+		{"version 7 of a batch", cat([]byte{encVersionDirectory}, valid[1:]), errDirCmds},
+		{"directory write of replica 0", cat(hdrV(encVersionDirectory, 0), []byte{1, 'm'}), errDirProposer},
+		{"directory write without a blob", hdr7(0), errVarint},
+		{"directory write of an empty blob", cat(hdr7(0), []byte{0}), errDirLen},
+		{"directory write of a blob too long", cat(hdr7(0), binary.AppendUvarint(nil, MaxDirectory+1), make([]byte, MaxDirectory+1)), errDirLen},
+		{"directory write of a huge blob length", cat(hdr7(0), []byte{0xff, 0xff, 0xff, 0xff, 0x0f}, []byte("m")), errDirLen},
+		{"directory write with a non-minimal blob length", cat(hdr7(0), []byte{0x81, 0x00, 'm'}), errVarint},
+		{"directory write with a blob cut short", cat(hdr7(0), []byte{3, 'm', 'm'}), errTrunc},
+		{"directory write with a trailing byte", cat(hdr7(0), []byte{1, 'm', 0}), errTrailing},
+		{"short directory write", hdr7(0)[:headerLen-1], errShort},
 
 		// One encoding per batch: version 2 if and only if a Grant has
 		// an owner, and an owner only in an owned Grant (op 5).
@@ -565,7 +597,7 @@ func TestDecodeBatchErrors(t *testing.T) {
 			if !errors.Is(err, ErrMalformed) || !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v (ErrMalformed)", err, tc.want)
 			}
-			if h != (Header{}) || len(cmds) != 1 || string(cmds[0].Key) != "keep" {
+			if !reflect.DeepEqual(h, Header{}) || len(cmds) != 1 || string(cmds[0].Key) != "keep" {
 				t.Errorf("on error got %+v %+v, want the input commands untouched", h, cmds)
 			}
 		})
@@ -651,6 +683,14 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(encodeVersion(encVersionReport, Header{Proposer: 1}))
 	f.Add(encodeVersion(encVersionRaise, Header{Level: 2}))
 	f.Add([]byte{6, 1, 0})
+	// Directory writes, and what they must not be.
+	f.Add(SealDirectory(2, 0, []byte("members")))
+	f.Add(SealDirectory(math.MaxUint64, math.MaxUint64, bytes.Repeat([]byte{0xff}, 300)))
+	f.Add(encodeVersion(encVersionDirectory, Header{Proposer: 2, Blob: []byte("m")}, grant("a", 1)))
+	f.Add(encodeVersion(encVersionDirectory, Header{Base: 1, Blob: []byte("m")}))
+	f.Add(encodeVersion(encVersionDirectory, Header{Proposer: 2}))
+	f.Add(bytes.Join([][]byte{SealDirectory(2, 1, []byte("m")), {0}}, nil))
+	f.Add([]byte{7, 1, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, cmds, err := DecodeBatch(data, nil)
 		if err != nil {
@@ -673,7 +713,9 @@ func FuzzDecodeBatch(f *testing.F) {
 		level := h.Report || h.Raise
 		if h.Fence != (data[0] == encVersionFence) || h.HandOff != (data[0] == encVersionHandOff) ||
 			h.Report != (data[0] == encVersionReport) || h.Raise != (data[0] == encVersionRaise) ||
-			headerOnly && (len(cmds) != 0 || h.Proposer == 0) || level && (h.Level == 0 || h.Seq != 0) || !level && h.Level != 0 {
+			headerOnly && (len(cmds) != 0 || h.Proposer == 0) || level && (h.Level == 0 || h.Seq != 0) || !level && h.Level != 0 ||
+			h.Directory != (data[0] == encVersionDirectory) ||
+			h.Directory && (h.Seq != 0 || len(h.Blob) == 0 || len(h.Blob) > MaxDirectory) || !h.Directory && (h.Base != 0 || h.Blob != nil) {
 			t.Fatalf("version %d entry decoded to %+v with %d commands", data[0], h, len(cmds))
 		}
 		again := encode(h, cmds...)
@@ -684,7 +726,7 @@ func FuzzDecodeBatch(f *testing.F) {
 			t.Fatalf("version %d oracle differs:\n%x\n%x", data[0], oracle, data)
 		}
 		h2, cmds2, err := DecodeBatch(again, nil)
-		if err != nil || h2 != h || !reflect.DeepEqual(cmds, cmds2) {
+		if err != nil || !reflect.DeepEqual(h2, h) || !reflect.DeepEqual(cmds, cmds2) {
 			t.Fatalf("second decode: %v %+v %+v", err, h2, cmds2)
 		}
 	})

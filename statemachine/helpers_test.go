@@ -97,11 +97,20 @@ func encodeVersion(version byte, h Header, cmds ...Command) []byte {
 	buf := []byte{version}
 	buf = binary.LittleEndian.AppendUint64(buf, h.Proposer)
 	seq := h.Seq
-	if version == encVersionReport || version == encVersionRaise {
+	switch version {
+	case encVersionReport, encVersionRaise:
 		seq = h.Level // the level takes the seq field
+	case encVersionDirectory:
+		seq = h.Base // and so does a directory write's base
 	}
 	buf = binary.LittleEndian.AppendUint64(buf, seq)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(cmds)))
+	if version == encVersionDirectory {
+		// The blob, whatever its length, so that the tests can build
+		// entries DecodeBatch must reject.
+		buf = binary.AppendUvarint(buf, uint64(len(h.Blob)))
+		buf = append(buf, h.Blob...)
+	}
 	for _, c := range cmds {
 		owned := version >= 2 && c.Op == OpGrant && len(c.Owner) > 0
 		if owned {
@@ -140,8 +149,8 @@ func encodeSnapshotV3(shard, applied, seq, fence uint64, locks []Lock) []byte {
 }
 
 // encodeStream writes a stream of any version: m's fence from version 3 on
-// (and dropped before), its level in version 4, owner lengths from version
-// 2 on.
+// (and dropped before), its level from version 4 on, its directory in
+// version 5, owner lengths from version 2 on.
 func encodeStream(version byte, shard uint64, m meta, locks []Lock) []byte {
 	locks = slices.Clone(locks)
 	slices.SortFunc(locks, func(a, b Lock) int { return bytes.Compare(a.Key, b.Key) })
@@ -154,6 +163,11 @@ func encodeStream(version byte, shard uint64, m meta, locks []Lock) []byte {
 	}
 	if version >= 4 {
 		buf = binary.LittleEndian.AppendUint64(buf, m.level)
+	}
+	if version >= 5 {
+		buf = binary.LittleEndian.AppendUint64(buf, m.dirVersion)
+		buf = binary.AppendUvarint(buf, uint64(len(m.dir)))
+		buf = append(buf, m.dir...)
 	}
 	for _, l := range locks {
 		buf = binary.AppendUvarint(buf, uint64(len(l.Key)))
@@ -189,6 +203,11 @@ func fenceEntry(index, proposer uint64) sm.Entry {
 // index.
 func raiseEntry(index, level uint64) sm.Entry {
 	return sm.Entry{Index: index, Cmd: encode(Header{Proposer: 1, Raise: true, Level: level})}
+}
+
+// dirEntry is replica 2's directory write of blob on base, at index.
+func dirEntry(index, base uint64, blob string) sm.Entry {
+	return sm.Entry{Index: index, Cmd: SealDirectory(2, base, []byte(blob))}
 }
 
 // update applies ents (cloned, so that callers can reuse them) and returns
@@ -272,6 +291,7 @@ func (r *recorder) Applied(shard, index uint64, h Header, cmds []Command, result
 	// machine adds is kept apart (sizes).
 	size := h.Size
 	h.Size = 0
+	h.Blob = bytes.Clone(h.Blob) // it aliases the entry
 	a := applied{shard: shard, index: index, h: h}
 	if len(results) > 0 { // nil for an entry without commands, to compare easily
 		a.results = outcomes(slices.Clone(results))

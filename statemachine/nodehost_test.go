@@ -325,7 +325,7 @@ func TestFenceThroughAFollower(t *testing.T) {
 			return err
 		})
 		for _, c := range obs[id].calls() {
-			if c.h == h {
+			if reflect.DeepEqual(c.h, h) {
 				return c.results
 			}
 		}
@@ -339,7 +339,7 @@ func TestFenceThroughAFollower(t *testing.T) {
 		t.Helper()
 		var out []bool
 		for id := uint64(1); id <= replicas; id++ {
-			for !slices.ContainsFunc(obs[id].calls(), func(c applied) bool { return c.h == h }) {
+			for !slices.ContainsFunc(obs[id].calls(), func(c applied) bool { return reflect.DeepEqual(c.h, h) }) {
 				if ctx.Err() != nil {
 					t.Fatalf("replica %d never applied %+v", id, h)
 				}
@@ -393,7 +393,7 @@ func TestFenceThroughAFollower(t *testing.T) {
 			if c.h.Proposer == a || c.h.Proposer == b {
 				out = append(out, c)
 			}
-			if c.h == last {
+			if reflect.DeepEqual(c.h, last) {
 				break
 			}
 		}

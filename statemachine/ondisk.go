@@ -106,6 +106,7 @@ type onDisk struct {
 	tableLo [prefixLen]byte // first key of the shard's table
 	tableHi [prefixLen]byte // first key after it
 	metaKey [prefixLen]byte
+	dirKey  [prefixLen]byte // the shard's directory (see dirPrefix)
 
 	mu sync.RWMutex
 	t  *table // nil before Open and after Close
@@ -136,6 +137,7 @@ func newOnDisk(db *pebble.DB, obs Observer, shard uint64) *onDisk {
 	s.tableLo = shardKey(tablePrefix, shard)
 	s.tableHi = shardKey(tablePrefix, shard+1)
 	s.metaKey = shardKey(metaPrefix, shard)
+	s.dirKey = shardKey(dirPrefix, shard)
 	return s
 }
 
@@ -146,16 +148,22 @@ func shardKey(prefix byte, shard uint64) (k [prefixLen]byte) {
 }
 
 // meta is what a shard's checkpoint holds besides its rows: the applied
-// index, the token counter, the fence and the cluster version (see the
-// package doc's layout).
+// index, the token counter, the fence and the cluster version, which the
+// meta's row stores (see the package doc's layout), and the directory,
+// which has a row of its own (dirPrefix) and is not part of encode's.
 type meta struct {
 	applied, seq, fence uint64
 	level               uint64 // levelNone, or 0 (the same) in a meta built by hand
+	// dirVersion and dir are the table's directory (0 and "": never
+	// set). A string, so that a meta stays comparable; it aliases the
+	// table's dir, which is never changed in place.
+	dirVersion uint64
+	dir        string
 }
 
 // meta is the table's meta at the applied index.
 func (t *table) meta(applied uint64) meta {
-	return meta{applied: applied, seq: t.seq, fence: t.fence, level: t.level}
+	return meta{applied: applied, seq: t.seq, fence: t.fence, level: t.level, dirVersion: t.dirVersion, dir: aliasString(t.dir)}
 }
 
 // versioned reports whether the meta carries its cluster version: only
@@ -221,6 +229,8 @@ func (s *onDisk) Open(stopc <-chan struct{}) (uint64, error) {
 		if err := s.dropOrphanRows(); err != nil {
 			return 0, err
 		}
+	} else if err := s.readDir(t); err != nil {
+		return 0, err
 	} else if err := s.load(t, stopc); err != nil {
 		return 0, err
 	}
@@ -245,18 +255,32 @@ func (s *onDisk) readMeta() (meta, bool, error) {
 	return m, true, nil
 }
 
-// dropOrphanRows deletes the shard's rows, if it has any: a new shard (the
-// common case) gets no range tombstone and no fsync.
+// dropOrphanRows deletes the shard's rows and directory, if it has any: a
+// new shard (the common case) gets no tombstone and no fsync. (A
+// directory without a meta is not something this code leaves, as the
+// meta and the directory are deleted and written in the same batches, but
+// a shard without a meta has no directory whatever the disk says.)
 func (s *onDisk) dropOrphanRows() error {
 	it := s.db.NewIter(&pebble.IterOptions{LowerBound: s.tableLo[:], UpperBound: s.tableHi[:]})
 	hasRows := it.First()
 	if err := it.Close(); err != nil {
 		return fmt.Errorf("statemachine: shard %d: scan table: %w", s.shard, err)
 	}
-	if !hasRows {
+	_, closer, err := s.db.Get(s.dirKey[:])
+	hasDir := err == nil
+	if hasDir {
+		_ = closer.Close()
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("statemachine: shard %d: read directory: %w", s.shard, err)
+	}
+	if !hasRows && !hasDir {
 		return nil
 	}
-	if err := s.db.DeleteRange(s.tableLo[:], s.tableHi[:], pebble.Sync); err != nil {
+	b := s.db.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange(s.tableLo[:], s.tableHi[:], nil)
+	_ = b.Delete(s.dirKey[:], nil)
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("statemachine: shard %d: drop orphan rows: %w", s.shard, err)
 	}
 	return nil
@@ -431,7 +455,8 @@ const (
 
 // checkpoint writes, in one pebble batch, the row of every key changed since
 // the last checkpoint (a delete for a key that is free now and was held
-// then), and the meta: applied index, seq and fence. Only the serialized
+// then), the meta (applied index, seq, fence, cluster version) and, if it
+// changed since the last checkpoint, the directory. Only the serialized
 // methods call it, so the table cannot change under it; Lookup only reads.
 //
 // Until the next checkpoint pebble lags the table; that is safe because
@@ -450,6 +475,9 @@ func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
 			s.deleteRow(b, t.keyOf(i))
 		}
 	})
+	if t.dirChanged {
+		s.putDir(b, t.dirVersion, t.dir)
+	}
 	s.putMeta(b, t.meta(s.applied))
 	if err := b.Commit(opts); err != nil {
 		// The changes stay recorded: the next checkpoint writes them.

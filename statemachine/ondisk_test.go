@@ -1,6 +1,7 @@
 package statemachine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -145,6 +146,9 @@ func checkMirror(t *testing.T, s *onDisk) {
 	if s.t.seq != fresh.t.seq || s.t.fence != fresh.t.fence || s.t.level != fresh.t.level {
 		t.Fatalf("memory has seq %d, fence %d, level %d; pebble %d, %d, %d",
 			s.t.seq, s.t.fence, s.t.level, fresh.t.seq, fresh.t.fence, fresh.t.level)
+	}
+	if s.t.dirVersion != fresh.t.dirVersion || !bytes.Equal(s.t.dir, fresh.t.dir) || (fresh.t.dir == nil) != (fresh.t.dirVersion == 0) {
+		t.Fatalf("memory has directory %d %q; pebble %d %q", s.t.dirVersion, s.t.dir, fresh.t.dirVersion, fresh.t.dir)
 	}
 }
 

@@ -33,18 +33,29 @@ const (
 	// fence is streamed as before the fence existed (1 or 2).
 	snapVersionFence = 3
 	// snapVersionVersioned is the stream of a table whose cluster version
-	// is 2 or more: the header has the fence (0 if none) and the version
-	// after seq, and every record has its owner length. A table of
-	// version 1 is streamed as before versions existed (1, 2 or 3), which
-	// a build of level 1 can recover from.
+	// is 2 or more, below LevelMembership: the header has the fence (0 if
+	// none) and the version after seq, and every record has its owner
+	// length. A table of version 1 is streamed as before versions existed
+	// (1, 2 or 3), which a build of level 1 can recover from.
 	snapVersionVersioned = 4
+	// snapVersionDirectory is the stream of a table whose cluster version
+	// is LevelMembership or more: version 4's header, then the directory
+	// (its version u64 LE, its length uvarint, its blob; 0 and 0 while it
+	// was never set). A table below LevelMembership is streamed in version
+	// 4 or before, which a build of level 2 can recover from.
+	snapVersionDirectory = 5
 	// snapHeaderLen is the header of versions 1 and 2; version 3 has
-	// snapFenceLen bytes more, version 4 snapFenceLen+snapLevelLen.
-	snapHeaderLen  = 4 + 1 + 4 + 8 + 8
-	snapFenceLen   = 8
-	snapLevelLen   = 8
-	snapBufSize    = 64 << 10
-	recoverBatchSz = 1 << 20 // bytes per pebble batch while recovering
+	// snapFenceLen bytes more, version 4 snapFenceLen+snapLevelLen,
+	// version 5 snapDirVersionLen more than 4, then the directory's
+	// length and blob.
+	snapHeaderLen = 4 + 1 + 4 + 8 + 8
+	snapFenceLen  = 8
+	snapLevelLen  = 8
+	// snapDirVersionLen is the directory's version in version 5, which
+	// its length and blob follow.
+	snapDirVersionLen = 8
+	snapBufSize       = 64 << 10
+	recoverBatchSz    = 1 << 20 // bytes per pebble batch while recovering
 )
 
 // maxRecordLen bounds what readSnapshot reads of one record before it checks
@@ -68,15 +79,18 @@ type snapCtx struct {
 	owned bool             // a lock has an owner
 }
 
-// version is the stream version of the captured state: 4 if the table's
-// cluster version is 2 or more, else 3 if it has a fence, else 2 if a lock
-// has an owner, else 1 (see the package doc).
+// version is the stream version of the captured state: 5 if the table's
+// cluster version is LevelMembership or more, else 4 if it is 2 or more,
+// else 3 if it has a fence, else 2 if a lock has an owner, else 1 (see the
+// package doc).
 func (c *snapCtx) version() byte { return streamVersion(c.meta, c.owned) }
 
 // streamVersion is the stream version of a table with meta m, in which a
 // lock has an owner if owned: one encoding per table (see the package doc).
 func streamVersion(m meta, owned bool) byte {
 	switch {
+	case m.level >= LevelMembership:
+		return snapVersionDirectory
 	case m.versioned():
 		return snapVersionVersioned
 	case m.fence != 0:
@@ -90,7 +104,9 @@ func streamVersion(m meta, owned bool) byte {
 
 // PrepareSnapshot implements sm.IOnDiskStateMachine. It runs mutually
 // exclusive with Update; it writes a checkpoint first, so the pebble
-// snapshot and the in-memory applied index, seq and fence agree.
+// snapshot and the in-memory applied index, seq, fence, cluster version
+// and directory (which the captured meta holds: the stream takes them from
+// there, not from pebble) agree.
 func (s *onDisk) PrepareSnapshot() (interface{}, error) {
 	s.mu.RLock()
 	t := s.t
@@ -124,8 +140,9 @@ func (s *onDisk) release(c *snapCtx) {
 
 // SaveSnapshot implements sm.IOnDiskStateMachine: it streams the state
 // PrepareSnapshot captured in the format the package doc describes, in
-// version 4 if the table's cluster version is 2 or more, else 3 if it has
-// a fence, else 1 unless a lock has an owner. The output depends only on that state, as dragonboat requires.
+// version 5 if the table's cluster version is LevelMembership or more,
+// else 4 if it is 2 or more, else 3 if it has a fence, else 1 unless a
+// lock has an owner. The output depends only on that state, as dragonboat requires.
 func (s *onDisk) SaveSnapshot(ctx interface{}, w io.Writer, stopc <-chan struct{}) error {
 	c, ok := ctx.(*snapCtx)
 	if !ok {
@@ -194,8 +211,8 @@ func (p *pebbleRows) err() error {
 // writeSnapshot writes the stream of shard's rows and of m in the given
 // version, which must be the one they call for: it fails rather than drop
 // an owner from a version 1 stream, or write a version 2 stream without
-// one. (The fence and the cluster version are m's, which chose version 3
-// or 4 or neither.)
+// one. (The fence, the cluster version and the directory are m's, which
+// chose version 3, 4 or 5 or none of them.)
 func writeSnapshot(shard uint64, rows rowSource, version byte, m meta, w io.Writer, stopc <-chan struct{}) error {
 	bw := bufio.NewWriterSize(w, snapBufSize)
 	var crc uint32
@@ -215,11 +232,20 @@ func writeSnapshot(shard uint64, rows rowSource, version byte, m meta, w io.Writ
 	if version >= snapVersionFence {
 		buf = binary.LittleEndian.AppendUint64(buf, m.fence)
 	}
-	if version == snapVersionVersioned {
+	if version >= snapVersionVersioned {
 		buf = binary.LittleEndian.AppendUint64(buf, m.level)
+	}
+	if version == snapVersionDirectory {
+		buf = binary.LittleEndian.AppendUint64(buf, m.dirVersion)
+		buf = binary.AppendUvarint(buf, uint64(len(m.dir)))
 	}
 	if err := write(buf); err != nil {
 		return err
+	}
+	if version == snapVersionDirectory {
+		if err := write(aliasBytes(m.dir)); err != nil {
+			return err
+		}
 	}
 	var n, owned uint64
 	for ; ; n++ {
@@ -303,7 +329,7 @@ func recordsHaveOwners(version byte) bool { return version != snapVersionNoOwner
 
 func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *table, error) {
 	br := bufio.NewReaderSize(r, snapBufSize)
-	var hdr [snapHeaderLen + snapFenceLen + snapLevelLen]byte
+	var hdr [snapHeaderLen + snapFenceLen + snapLevelLen + snapDirVersionLen]byte
 	if _, err := io.ReadFull(br, hdr[:snapHeaderLen]); err != nil {
 		return 0, nil, s.readErr(err)
 	}
@@ -311,7 +337,7 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 		return 0, nil, s.badSnapshot("not a baton snapshot")
 	}
 	version := hdr[4]
-	if version < snapVersionNoOwners || version > snapVersionVersioned {
+	if version < snapVersionNoOwners || version > snapVersionDirectory {
 		return 0, nil, s.badSnapshot("unknown version %d", version)
 	}
 	if shard := binary.LittleEndian.Uint32(hdr[5:]); uint64(shard) != s.shard {
@@ -323,6 +349,8 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 		hlen += snapFenceLen
 	case snapVersionVersioned:
 		hlen += snapFenceLen + snapLevelLen
+	case snapVersionDirectory:
+		hlen += snapFenceLen + snapLevelLen + snapDirVersionLen
 	}
 	if _, err := io.ReadFull(br, hdr[snapHeaderLen:hlen]); err != nil {
 		return 0, nil, s.readErr(err)
@@ -333,17 +361,41 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 	if version >= snapVersionFence {
 		t.fence = binary.LittleEndian.Uint64(hdr[snapHeaderLen:])
 	}
+	if version >= snapVersionVersioned {
+		t.level = binary.LittleEndian.Uint64(hdr[snapHeaderLen+snapFenceLen:])
+	}
 	// One encoding per table: version 3 only for a table with a fence,
-	// version 4 only for one of cluster version 2 or more.
+	// version 4 only for one of cluster version 2 up to LevelMembership
+	// (excluded), version 5 only from LevelMembership on. A version above
+	// this build's is refused as such first, whatever the stream's
+	// version: that is the reason to give.
 	switch {
 	case version == snapVersionFence && t.fence == 0:
 		return 0, nil, s.badSnapshot("version 3 without a fence")
-	case version == snapVersionVersioned:
-		if t.level = binary.LittleEndian.Uint64(hdr[snapHeaderLen+snapFenceLen:]); t.level <= levelNone {
-			return 0, nil, s.badSnapshot("version 4 of cluster version %d", t.level)
+	case t.level > FeatureLevel:
+		return 0, nil, TooOld(s.shard, t.level)
+	case version == snapVersionVersioned && (t.level <= levelNone || t.level >= LevelMembership),
+		version == snapVersionDirectory && t.level < LevelMembership:
+		return 0, nil, s.badSnapshot("version %d of cluster version %d", version, t.level)
+	}
+	if version == snapVersionDirectory {
+		dv := binary.LittleEndian.Uint64(hdr[snapHeaderLen+snapFenceLen+snapLevelLen:])
+		bl, dirLen, err := s.readUvarint(br, nil)
+		if err != nil {
+			return 0, nil, err
 		}
-		if t.level > FeatureLevel {
-			return 0, nil, TooOld(s.shard, t.level)
+		crc = crc32.Update(crc, crcTable, dirLen)
+		// 0 and 0, or a version and a blob: one encoding per table.
+		if bl > MaxDirectory || (dv == 0) != (bl == 0) {
+			return 0, nil, s.badSnapshot("directory of version %d and %d bytes", dv, bl)
+		}
+		if bl > 0 {
+			blob := make([]byte, bl)
+			if _, err := io.ReadFull(br, blob); err != nil {
+				return 0, nil, s.readErr(err)
+			}
+			crc = crc32.Update(crc, crcTable, blob)
+			t.dirVersion, t.dir = dv, blob
 		}
 	}
 
@@ -449,14 +501,18 @@ func (s *onDisk) readUvarint(br *bufio.Reader, rec []byte) (uint64, []byte, erro
 	return 0, rec, s.badSnapshot("bad varint")
 }
 
-// writeTable replaces the shard's rows and meta in pebble by t's (its
-// rows, and its seq and fence at applied), in batches of bounded size.
+// writeTable replaces the shard's rows, meta and directory in pebble by
+// t's (its rows, and its seq, fence, cluster version and directory at
+// applied), in batches of bounded size.
 func (s *onDisk) writeTable(applied uint64, t *table, stopc <-chan struct{}) error {
 	b, err := s.writeRows(t, stopc)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	if t.dirVersion != 0 {
+		s.putDir(b, t.dirVersion, t.dir)
+	}
 	s.putMeta(b, t.meta(applied))
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("statemachine: shard %d: write snapshot meta: %w", s.shard, err)
@@ -464,10 +520,11 @@ func (s *onDisk) writeTable(applied uint64, t *table, stopc <-chan struct{}) err
 	return nil
 }
 
-// writeRows deletes the shard's meta and replaces its rows in pebble by
-// t's, in batches of bounded size, all committed but the last, which it
-// returns for the caller to add the meta to and commit. So the meta is
-// absent until the caller's commit, and Open drops rows without one.
+// writeRows deletes the shard's meta and directory and replaces its rows
+// in pebble by t's, in batches of bounded size, all committed but the
+// last, which it returns for the caller to add the meta (and the
+// directory, if any) to and commit. So the meta is absent until the
+// caller's commit, and Open drops rows without one.
 func (s *onDisk) writeRows(t *table, stopc <-chan struct{}) (*pebble.Batch, error) {
 	b := s.db.NewBatch()
 	fail := func(err error) (*pebble.Batch, error) {
@@ -475,6 +532,7 @@ func (s *onDisk) writeRows(t *table, stopc <-chan struct{}) (*pebble.Batch, erro
 		return nil, err
 	}
 	_ = b.Delete(s.metaKey[:], nil)
+	_ = b.Delete(s.dirKey[:], nil)
 	_ = b.DeleteRange(s.tableLo[:], s.tableHi[:], nil)
 	n := 0
 	for i := range t.rows {

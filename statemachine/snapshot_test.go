@@ -447,21 +447,43 @@ func FuzzReadSnapshot(f *testing.F) {
 		{Key: []byte("a"), Token: tok(1), LeaseMs: 1000, Owner: []byte("owner-a")},
 		{Key: []byte("b"), Token: tok(3), LeaseMs: 5},
 	}))
+	// Versions 4 and 5, with and without a directory, and what they must
+	// not be.
+	lock := []Lock{{Key: []byte("x"), Token: tok(2), LeaseMs: 7, Owner: []byte("o")}}
+	f.Add(encodeStream(snapVersionVersioned, shard, meta{applied: 9, seq: 2, fence: 5, level: 2}, lock))
+	f.Add(encodeStream(snapVersionVersioned, shard, meta{applied: 9, seq: 2, level: LevelMembership}, lock))
+	f.Add(encodeStream(snapVersionDirectory, shard, meta{applied: 9, seq: 2, fence: 5, level: LevelMembership}, lock))
+	f.Add(encodeStream(snapVersionDirectory, shard, meta{applied: 9, seq: 2, level: LevelMembership, dirVersion: 3, dir: "members"}, lock))
+	f.Add(encodeStream(snapVersionDirectory, shard, meta{applied: 9, seq: 2, level: 2, dirVersion: 3, dir: "members"}, nil))
+	f.Add(encodeStream(snapVersionDirectory, shard, meta{applied: 9, seq: 2, level: LevelMembership, dirVersion: 3}, nil))
+	f.Add(encodeStream(snapVersionDirectory, shard, meta{applied: 9, seq: 2, level: LevelMembership, dir: "m"}, nil))
 	s := newOnDisk(nil, nil, shard) // readSnapshot does not touch the DB
 	f.Fuzz(func(t *testing.T, data []byte) {
 		applied, tb, err := s.readSnapshot(bytes.NewReader(data), nil)
 		if err != nil {
-			if !errors.Is(err, ErrBadSnapshot) {
-				t.Fatalf("error %v is not ErrBadSnapshot", err)
+			// A table of a cluster version above this build's is
+			// refused as such (ErrTooOld), anything else as bad.
+			if !errors.Is(err, ErrBadSnapshot) && !errors.Is(err, ErrTooOld) {
+				t.Fatalf("error %v is neither ErrBadSnapshot nor ErrTooOld", err)
 			}
 			return
 		}
 		checkOwners(t, tb)
-		if (data[4] == snapVersionFence) != (tb.fence != 0) {
-			t.Fatalf("version %d stream, fence %x", data[4], tb.fence)
+		// One encoding per table: versions 1 and 2 without a fence, 3
+		// with one; 1 and 2 tell owners apart; 4 and 5 tell cluster
+		// versions apart, and only 5 has a directory.
+		v := data[4]
+		if v == snapVersionFence && tb.fence == 0 || v < snapVersionFence && tb.fence != 0 {
+			t.Fatalf("version %d stream, fence %x", v, tb.fence)
 		}
-		if data[4] != snapVersionFence && (data[4] == snapVersion) != (len(tb.owners) > 0) {
-			t.Fatalf("version %d stream, %d owners", data[4], len(tb.owners))
+		if v < snapVersionFence && (v == snapVersion) != (len(tb.owners) > 0) {
+			t.Fatalf("version %d stream, %d owners", v, len(tb.owners))
+		}
+		if want := streamVersion(tb.meta(applied), len(tb.owners) > 0); v != want {
+			t.Fatalf("version %d stream of a table streamed in version %d", v, want)
+		}
+		if (tb.dirVersion == 0) != (tb.dir == nil) || len(tb.dir) > MaxDirectory || v != snapVersionDirectory && tb.dirVersion != 0 {
+			t.Fatalf("version %d stream, directory %d of %d bytes", v, tb.dirVersion, len(tb.dir))
 		}
 		var held []Lock
 		tb.each(func(l Lock) { held = append(held, l) })

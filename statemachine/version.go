@@ -36,7 +36,24 @@ import (
 //	   node of level 1 can be started again on its data dir, and receive
 //	   the others' snapshots, until its shards are raised to 2, and not
 //	   after.
-const FeatureLevel = 2
+//	3  membership: directory entries (entry version 7) and the directory
+//	   in the snapshot stream (version 5) and in the lock table's files
+//	   (its own key per shard, beside the meta). A build of level 2 (up
+//	   to commit aa0b06c) rejects version 7 in DecodeBatch ("unknown
+//	   version": it knows 1 to 6) and skips it, as it skips every entry it
+//	   cannot decode; a directory write changes nothing in a table below
+//	   version 3, so such a build stays in step until its shards are
+//	   raised. It refuses a version 5 stream ("unknown version 5") and a
+//	   meta of version 3 (ErrTooOld), so it cannot start again once they
+//	   are. The directory itself is only an opaque blob here: what it
+//	   holds (the members) is the engine's.
+const FeatureLevel = 3
+
+// LevelMembership is the cluster version from which the engine may
+// propose directory writes (SealDirectory), and from which they take
+// effect: below it a directory write changes nothing, so that a replica
+// of a build of level 2, which skips the entry, stays in step.
+const LevelMembership = 3
 
 // levelNone is the cluster version of a table that was never raised: a
 // meta or a snapshot stream without a version is of level 1.

@@ -3,6 +3,7 @@ package statemachine
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -91,7 +92,7 @@ func TestMetaClusterVersion(t *testing.T) {
 	update(t, s, raiseEntry(3, FeatureLevel+1))
 	syncSM(t, s)
 	v, err := StoredClusterVersion(db)
-	if !errors.Is(err, ErrTooOld) || v != FeatureLevel+1 || !strings.Contains(err.Error(), "shard 3 is at cluster version 3") {
+	if !errors.Is(err, ErrTooOld) || v != FeatureLevel+1 || !strings.Contains(err.Error(), fmt.Sprintf("shard 3 is at cluster version %d", FeatureLevel+1)) {
 		t.Fatalf("StoredClusterVersion = %d, %v; want %d and ErrTooOld naming shard 3", v, err, FeatureLevel+1)
 	}
 	if _, err := Factory(db, nil)(3, 1).Open(nil); !errors.Is(err, ErrTooOld) {
