@@ -28,6 +28,9 @@ const (
 	ReleaseWindow = 5 * time.Second
 	// ReleaseRetryInterval is the pause between two release attempts.
 	ReleaseRetryInterval = 200 * time.Millisecond
+	// RefreshInterval is how often the client refreshes its address list
+	// from the cluster when nothing else made it do so (see Client).
+	RefreshInterval = 30 * time.Second
 )
 
 // Limits of the values a request carries, as the protocol sets them.
@@ -58,6 +61,12 @@ type options struct {
 	ownerPrefix    string        // WithOwnerPrefix
 	tls            *tls.Config   // WithTLS; nil: plain TCP
 	secret         string        // WithSecret; "": no H
+	fixed          bool          // WithFixedAddresses: no address refresh
+	// refreshInterval is RefreshInterval and refreshGap refreshGap
+	// (refresh.go); tests shorten them.
+	refreshInterval time.Duration
+	refreshGap      time.Duration
+	memberWindow    time.Duration // MemberWindow; tests shorten it
 }
 
 // WithDialTimeout bounds each dial (default DefaultDialTimeout).
@@ -90,6 +99,20 @@ func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) O
 // connection that is down every RedialInterval in the background. Requests
 // are pipelined: many callers share a connection, and each answer is paired
 // with its request by the echoed op and key.
+//
+// The addresses given to New are where the client starts. It asks the
+// cluster for its members' client addresses (C -, protocol 1.3) once it
+// has connected, every RefreshInterval, whenever a connection is lost and
+// whenever MOVED names a node it does not know, and from then on keeps
+// one connection to each of those addresses instead: so a client keeps
+// working while members are replaced one by one, until none of those it
+// was started with is left. A connection to a node that left the list
+// takes no new request and closes once the requests already sent on it
+// have their answers. On a TLS client the cluster names its members' TLS
+// addresses. An answer that names no address, or one that cannot be read,
+// changes nothing, and a server from before protocol 1.3 (which answers
+// C - with ERR badrequest) leaves the addresses as they were.
+// WithFixedAddresses turns the refresh off.
 //
 // What a request does when something goes wrong:
 //   - a connection that fails while the request waits for its answer: the
@@ -125,6 +148,12 @@ type Client struct {
 	rr        uint32        // round-robin counter
 	changed   chan struct{} // closed (and replaced) when a connection changes state
 	closed    bool
+	up        int            // sessions up, retired connections' included
+	retiring  map[*conn]bool // retired connections whose goroutine still runs
+
+	// refreshNow asks the refresh goroutine for a refresh (capacity 1);
+	// nil with WithFixedAddresses, which makes asking a no-op.
+	refreshNow chan struct{}
 }
 
 // New returns a client of the servers at addrs (host:port client
@@ -132,7 +161,8 @@ type Client struct {
 // connections: they are dialled in the background, and a request waits for
 // a connection that is still being dialled. Close it when done.
 func New(addrs []string, opts ...Option) (*Client, error) {
-	o := options{dialTimeout: DefaultDialTimeout, redialInterval: RedialInterval, stallTimeout: DefaultStallTimeout}
+	o := options{dialTimeout: DefaultDialTimeout, redialInterval: RedialInterval, stallTimeout: DefaultStallTimeout,
+		refreshInterval: RefreshInterval, refreshGap: refreshGap, memberWindow: MemberWindow}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -148,6 +178,29 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 			return d.DialContext(ctx, "tcp", addr)
 		}
 	}
+	uniq, err := checkAddrs(addrs)
+	if err != nil {
+		return nil, argError("%v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cl := &Client{opts: o, ctx: ctx, cancel: cancel, changed: make(chan struct{}), retiring: make(map[*conn]bool)}
+	if !o.fixed {
+		cl.refreshNow = make(chan struct{}, 1)
+		cl.wg.Add(1)
+		go cl.refreshLoop()
+	}
+	cl.mu.Lock() // the first connection to come up may start a refresh
+	for _, a := range connAddrs(uniq) {
+		cl.addConnLocked(a)
+	}
+	cl.mu.Unlock()
+	return cl, nil
+}
+
+// checkAddrs validates a list of server addresses (host:port) and drops
+// blanks and duplicates. It fails when none is left or there are more
+// than the pool may hold.
+func checkAddrs(addrs []string) ([]string, error) {
 	var uniq []string
 	seen := make(map[string]bool)
 	for _, a := range addrs {
@@ -156,26 +209,27 @@ func New(addrs []string, opts ...Option) (*Client, error) {
 			continue
 		}
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, argError("bad server address %q: want host:port", a)
+			return nil, fmt.Errorf("bad server address %q: want host:port", a)
 		}
 		seen[a] = true
 		uniq = append(uniq, a)
 	}
 	if len(uniq) == 0 {
-		return nil, argError("no server address")
+		return nil, errors.New("no server address")
 	}
 	if len(uniq) > maxConns/2 {
-		return nil, argError("%d server addresses: at most %d", len(uniq), maxConns/2)
+		return nil, fmt.Errorf("%d server addresses: at most %d", len(uniq), maxConns/2)
 	}
+	return uniq, nil
+}
+
+// connAddrs is the address of each connection the pool keeps for the
+// addresses uniq: one each, two to a lone one.
+func connAddrs(uniq []string) []string {
 	if len(uniq) == 1 {
-		uniq = append(uniq, uniq[0])
+		return []string{uniq[0], uniq[0]}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cl := &Client{opts: o, ctx: ctx, cancel: cancel, changed: make(chan struct{})}
-	for _, a := range uniq {
-		cl.addConnLocked(a)
-	}
-	return cl, nil
+	return uniq
 }
 
 // Close closes every connection and stops the background work. Requests
@@ -189,7 +243,10 @@ func (cl *Client) Close() error {
 		return nil
 	}
 	cl.closed = true
-	conns := cl.conns
+	conns := append([]*conn(nil), cl.conns...)
+	for c := range cl.retiring {
+		conns = append(conns, c)
+	}
 	cl.mu.Unlock()
 	cl.cancel()
 	for _, c := range conns {

@@ -47,6 +47,11 @@ type conn struct {
 	cl   *Client
 	addr string
 
+	// ctx ends the connection's work: cancelled by Client.Close (it is a
+	// child of the client's) and by retire.
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	state atomic.Int32 // read without mu by Client.pick
 
 	epoch    time.Time    // the zero of clock
@@ -62,6 +67,10 @@ type conn struct {
 	watch   stallWatch    // the current session's stall detection
 	lastErr error         // why the connection is down
 	kick    chan struct{} // wakes the writer; capacity 1
+	// retired: an address refresh left this connection out of the pool
+	// (refresh.go). It takes no new request, and closes for good once it
+	// owes no answer, so that nothing already sent on it is lost.
+	retired bool
 
 	// redialNow cuts the wait before the next dial short (capacity 1): a
 	// MOVED named this node while it was down, so it is likely back.
@@ -75,6 +84,7 @@ const minRedialGap = 100 * time.Millisecond
 
 func newConn(cl *Client, addr string) *conn {
 	c := &conn{cl: cl, addr: addr, epoch: time.Now(), kick: make(chan struct{}, 1), redialNow: make(chan struct{}, 1)}
+	c.ctx, c.cancel = context.WithCancel(cl.ctx)
 	c.state.Store(stateDialing)
 	return c
 }
@@ -82,10 +92,10 @@ func newConn(cl *Client, addr string) *conn {
 // send queues req for the writer and registers cl to receive its answer,
 // both in one critical section: the order of the pending table is the order
 // of the bytes on the wire. It fails with errConnDown when the connection
-// is not up, in which case nothing was sent.
+// is not up (or retired), in which case nothing was sent.
 func (c *conn) send(cl *call, req *codec.Request) error {
 	c.mu.Lock()
-	if c.nc == nil {
+	if c.nc == nil || c.retired {
 		c.mu.Unlock()
 		return errConnDown
 	}
@@ -120,7 +130,9 @@ func (c *conn) wakeWriter() {
 // the likely cause, unless it was given up for silence (see stall.go).
 func (c *conn) run() {
 	defer c.cl.wg.Done()
-	ctx := c.cl.ctx
+	defer c.cl.forgetRetired(c)
+	defer c.cancel()
+	ctx := c.ctx
 	lr := codec.NewLineReader(readBufSize)
 	var lastDial time.Time
 	for ctx.Err() == nil {
@@ -211,8 +223,9 @@ func (c *conn) lastError() error {
 // serve runs one session on nc until it fails or the client closes.
 func (c *conn) serve(nc net.Conn, lr *codec.LineReader) {
 	c.mu.Lock()
-	if c.cl.ctx.Err() != nil {
-		// Close ran between the dial and now and could not see nc.
+	if c.ctx.Err() != nil {
+		// Close or retire ran between the dial and now and could not see
+		// nc.
 		c.mu.Unlock()
 		_ = nc.Close()
 		return
@@ -221,6 +234,7 @@ func (c *conn) serve(nc net.Conn, lr *codec.LineReader) {
 	c.out = c.out[:0]
 	c.state.Store(stateUp)
 	c.mu.Unlock()
+	c.cl.sessionUp()
 	c.cl.notifyChange()
 
 	stop := make(chan struct{})
@@ -285,7 +299,11 @@ func (c *conn) read(nc net.Conn, lr *codec.LineReader) error {
 				break
 			}
 			if perr := codec.ParseResponse(line, &resp); perr != nil {
-				return fmt.Errorf("bad answer from server %q: %w", line, perr)
+				err := fmt.Errorf("bad answer from server %q: %w", line, perr)
+				if c.failCall(&resp, err) {
+					continue
+				}
+				return err
 			}
 			if err := c.deliver(&resp); err != nil {
 				return err
@@ -297,11 +315,25 @@ func (c *conn) read(nc net.Conn, lr *codec.LineReader) error {
 	}
 }
 
-// deliver pairs one answer with the oldest unanswered call of its (op, key).
+// deliver pairs one answer with the oldest unanswered call of its (op, key),
+// or "? - ERR badrequest" with the oldest C or M (popUnread).
 func (c *conn) deliver(r *codec.Response) error {
 	c.mu.Lock()
 	cl := c.pending.pop(r.Op, r.Key)
+	unread := false
+	if cl == nil && r.Op == '?' && r.Status == codec.StatusErr && string(r.Code) == codec.CodeBadRequest {
+		cl = c.pending.popUnread()
+		unread = cl != nil
+	}
+	var closeNC net.Conn // a retired connection that owes nothing more
+	if c.retired && c.pending.len() == 0 {
+		closeNC = c.nc
+	}
 	c.mu.Unlock()
+	if closeNC != nil {
+		// The reader's next read fails, and the session ends as any other.
+		defer closeNC.Close()
+	}
 	if cl == nil {
 		if r.Op == codec.OpHello && r.Status == codec.StatusErr && string(r.Code) == codec.CodeAuth {
 			// The server wants a secret, and we sent none (WithSecret).
@@ -315,11 +347,47 @@ func (c *conn) deliver(r *codec.Response) error {
 		return fmt.Errorf("unexpected answer from server: %c %s %s", r.Op, r.Key, r.Status)
 	}
 	cl.setAnswer(r)
+	cl.unread = unread
 	if !cl.finish() && cl.op == codec.OpAcquire && cl.status == codec.StatusOK {
 		// Its caller gave up: nobody will ever use this grant.
 		c.cl.releaseAbandoned(cl.key, cl.token)
 	}
 	return nil
+}
+
+// badAnswerError is an answer to a request that cannot be read. The
+// request is not sent again: another attempt would likely get the same.
+type badAnswerError struct{ err error }
+
+func (e *badAnswerError) Error() string { return e.err.Error() }
+func (e *badAnswerError) Unwrap() error { return e.err }
+
+// failCall fails the oldest C or M with err when r, a line that could not
+// be parsed, is an answer to one (its op and key were read): such an
+// answer (a server of another version than ours, or one with a bug in
+// these rare requests) is still one line of its own, so the stream can be
+// trusted, and the other requests on the connection need not be lost
+// with it. It reports whether it failed one.
+func (c *conn) failCall(r *codec.Response, err error) bool {
+	if r.Op != codec.OpCluster && r.Op != codec.OpMember || string(r.Key) != codec.HelloKey {
+		return false
+	}
+	c.mu.Lock()
+	cl := c.pending.pop(r.Op, r.Key)
+	var closeNC net.Conn // as in deliver
+	if cl != nil && c.retired && c.pending.len() == 0 {
+		closeNC = c.nc
+	}
+	c.mu.Unlock()
+	if cl == nil {
+		return false
+	}
+	if closeNC != nil {
+		defer closeNC.Close()
+	}
+	cl.err = &badAnswerError{err}
+	cl.finish()
+	return true
 }
 
 // fail ends the session on nc (if it is still the current one): every
@@ -339,6 +407,7 @@ func (c *conn) fail(nc net.Conn, err error) {
 	c.stopWatchLocked()
 	calls := c.pending.drain()
 	c.state.Store(stateDown)
+	lost := !c.retired && err != ErrClosed
 	c.mu.Unlock()
 	_ = nc.Close()
 	for _, cl := range calls {
@@ -349,7 +418,26 @@ func (c *conn) fail(nc net.Conn, err error) {
 		}
 		cl.finish()
 	}
+	c.cl.sessionDown(lost)
 	c.cl.notifyChange()
+}
+
+// retire takes the connection out of service for good (an address refresh
+// left its node out): it takes no new request, stops dialling, and closes
+// once every request sent on it has its answer (deliver), or at once when
+// none waits. Client.mu is not held.
+func (c *conn) retire() {
+	c.mu.Lock()
+	c.retired = true
+	var idle net.Conn
+	if c.pending.len() == 0 {
+		idle = c.nc
+	}
+	c.mu.Unlock()
+	c.cancel()
+	if idle != nil {
+		_ = idle.Close()
+	}
 }
 
 // drop closes the current session, as if the network had cut it.

@@ -48,5 +48,20 @@
 // and a refusal is ErrAuth, not retried. WithTLS speaks TLS, to a server's
 // --tls-listen address.
 //
+// The client follows a cluster whose members change (protocol 1.3): it
+// asks the cluster for its members' client addresses (Members) when it
+// connects, every RefreshInterval, when a connection is lost and when MOVED
+// names a node it does not know, and keeps its connections to those, so a
+// client made with the addresses of the first members keeps working after
+// each of them has been replaced (see Client for the details, and
+// WithFixedAddresses for a client behind a proxy). With a server from
+// before protocol 1.3 it keeps the addresses it was given.
+//
+// An operator's program changes the membership with ListMembers,
+// AddMember, RemoveMember and SetMemberPriority, over the same connections
+// (TLS, the secret, MOVED to the member that coordinates changes); a change
+// the cluster refuses matches ErrRefused, and a server too old for them
+// ErrUnsupported. The command `baton member` is built on them.
+//
 // The protocol underneath is docs/protocol.md.
 package client

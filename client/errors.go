@@ -40,13 +40,26 @@ var (
 	// ran out before the keep-alive could extend it, or the Client was
 	// closed under a kept-alive lock.
 	ErrLost = errors.New("lock lost")
+
+	// ErrRefused means the cluster refused a membership change (protocol
+	// 1.3, AddMember, RemoveMember, SetMemberPriority) and changed nothing:
+	// it would cost the cluster its quorum, or another change is under way.
+	// The error is a *ServerError whose Text says why.
+	ErrRefused = errors.New("refused")
+
+	// ErrUnsupported means the server does not know the request: Members
+	// and the membership methods need a server of protocol 1.3, and an
+	// older one answers them "ERR badrequest". The error wraps that
+	// *ServerError.
+	ErrUnsupported = errors.New("not supported by the server (protocol 1.3)")
 )
 
 // ServerError is an `ERR <code> <text>` answer that the client does not
 // retry by itself (see Client for what it does retry).
 type ServerError struct {
 	// Code is the one-word code: "badrequest", "unavailable", "overloaded",
-	// "internal" or, from a newer server, another word.
+	// "internal", "refused" (a membership change) or, from a newer server,
+	// another word.
 	Code string
 	// Text is the server's explanation; it may be empty.
 	Text string
@@ -59,19 +72,27 @@ func (e *ServerError) Error() string {
 	return "server error " + e.Code + ": " + e.Text
 }
 
-// Is makes an "unavailable" answer match ErrUnavailable.
+// Is makes an "unavailable" answer match ErrUnavailable, and a "refused"
+// one ErrRefused.
 func (e *ServerError) Is(target error) bool {
-	return target == ErrUnavailable && e.Code == codec.CodeUnavailable
+	return target == ErrUnavailable && e.Code == codec.CodeUnavailable ||
+		target == ErrRefused && e.Code == codec.CodeRefused
 }
 
-// opError names the operation and the key an error is about.
+// opError names the operation and the key an error is about (no key for
+// the requests about the cluster).
 type opError struct {
 	op  string
 	key string
 	err error
 }
 
-func (e *opError) Error() string { return "baton: " + e.op + " " + e.key + ": " + e.err.Error() }
+func (e *opError) Error() string {
+	if e.key == "" {
+		return "baton: " + e.op + ": " + e.err.Error()
+	}
+	return "baton: " + e.op + " " + e.key + ": " + e.err.Error()
+}
 func (e *opError) Unwrap() error { return e.err }
 
 func opErr(op, key string, err error) error {

@@ -35,8 +35,14 @@ type policy struct {
 	steady time.Duration
 	// once forbids sending the request again after it may have taken
 	// effect: for a release without a token, which would free the next
-	// holder.
+	// holder, and for a membership change.
 	once bool
+	// window, when positive, bounds how long after the first attempt ERR
+	// unavailable and a MOVED to a node that cannot be reached are
+	// retried, once or not: for a membership request, whose ERR
+	// unavailable says that nothing was done (no member coordinates
+	// changes right now), and which is better refused than kept waiting.
+	window time.Duration
 }
 
 // answer is the outcome of a request.
@@ -45,6 +51,7 @@ type answer struct {
 	token       uint64
 	remainingMs uint64
 	owner       string // Q HELD: the holder's owner, "" when it has none
+	value       string // C and M OK: the rest of the line
 	// ambiguous: an earlier attempt may have taken effect on the server (its
 	// connection failed before the answer, or it got ERR unavailable, which
 	// covers "not committed in time").
@@ -65,7 +72,10 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 		drops   int
 		hops    int
 		backoff = backoffMin
+		start   = time.Now()
 	)
+	// windowOver: p.window has passed since the first attempt.
+	windowOver := func() bool { return p.window > 0 && time.Since(start) > p.window }
 	// pause sleeps before a retry: p.steady, or the growing backoff.
 	pause := func() error {
 		d := p.steady
@@ -103,6 +113,9 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 			case errors.Is(err, errTargetDown):
 				// Leadership moved to a node we cannot reach (yet): as good
 				// as no leader.
+				if windowOver() {
+					return fail(fmt.Errorf("%w: %w (after %v)", ErrUnavailable, err, p.window))
+				}
 				lastErr = err
 			case p.steady > 0:
 				lastErr = err
@@ -142,6 +155,10 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 			if errors.Is(cll.err, ErrClosed) {
 				return fail(ErrClosed)
 			}
+			var bad *badAnswerError
+			if errors.As(cll.err, &bad) {
+				return fail(bad)
+			}
 			var dropped *droppedError
 			if errors.As(cll.err, &dropped) && errors.Is(dropped.err, ErrAuth) {
 				return fail(dropped.err) // the server served nothing of it
@@ -176,7 +193,10 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 			continue
 		case codec.StatusErr:
 			se := &ServerError{Code: cll.code, Text: cll.text}
-			retry := (se.Code == codec.CodeUnavailable && !p.once) ||
+			if cll.unread {
+				return fail(fmt.Errorf("%w: %w", ErrUnsupported, se))
+			}
+			retry := (se.Code == codec.CodeUnavailable && (!p.once || p.window > 0) && !windowOver()) ||
 				(se.Code == codec.CodeOverloaded && p.steady > 0)
 			if !retry {
 				return fail(se)
@@ -194,7 +214,7 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 			}
 			continue
 		}
-		ans.status, ans.token, ans.remainingMs, ans.owner = cll.status, cll.token, cll.remainingMs, cll.owner
+		ans.status, ans.token, ans.remainingMs, ans.owner, ans.value = cll.status, cll.token, cll.remainingMs, cll.owner, cll.value
 		return ans, nil
 	}
 }

@@ -4,7 +4,10 @@ package client
 // lines the client sends and writes whatever answers it wants, in whatever
 // order, so that pairing, retries and clean-up can be checked line by line.
 // Heartbeats (stall.go) are the exception: the fake counts them and answers
-// them itself, as a live server would, unless told to play a hung one.
+// them itself, as a live server would, unless told to play a hung one. So
+// are the address refreshes (C -, refresh.go): the fake counts them and
+// answers them as a server from before protocol 1.3 does, unless told to
+// answer them otherwise (setCluster).
 
 import (
 	"bufio"
@@ -28,11 +31,16 @@ type fakeServer struct {
 	lines chan fakeLine
 	// hung: heartbeats are not answered, as by a server that stopped.
 	hung atomic.Bool
+	// cluster answers C - (see setCluster).
+	cluster atomic.Pointer[func(net.Conn) string]
 
 	mu            sync.Mutex
 	conns         []net.Conn
-	heartbeats    map[net.Conn]int // heartbeat queries received on each connection
-	heartbeatSeen chan struct{}    // closed (and replaced) on every heartbeat
+	heartbeats    map[net.Conn]int           // heartbeat queries received on each connection
+	heartbeatSeen chan struct{}              // closed (and replaced) on every heartbeat
+	clusterAsks   int                        // C - received
+	clusterSeen   chan struct{}              // closed (and replaced) on every C -
+	ended         map[net.Conn]chan struct{} // closed when the client closes the connection (or it fails)
 }
 
 type fakeLine struct {
@@ -52,9 +60,16 @@ func startFakeAt(t *testing.T, addr string) *fakeServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveFake(t, ln)
+}
+
+// serveFake is startFake on a listener of the caller's (a TLS one).
+func serveFake(t *testing.T, ln net.Listener) *fakeServer {
+	t.Helper()
 	s := &fakeServer{
 		t: t, ln: ln, lines: make(chan fakeLine, 1024),
 		heartbeats: make(map[net.Conn]int), heartbeatSeen: make(chan struct{}),
+		clusterSeen: make(chan struct{}), ended: make(map[net.Conn]chan struct{}),
 	}
 	go func() {
 		for {
@@ -62,14 +77,21 @@ func startFakeAt(t *testing.T, addr string) *fakeServer {
 			if err != nil {
 				return
 			}
+			ended := make(chan struct{})
 			s.mu.Lock()
 			s.conns = append(s.conns, nc)
+			s.ended[nc] = ended
 			s.mu.Unlock()
 			go func() {
+				defer close(ended)
 				sc := bufio.NewScanner(nc)
 				for sc.Scan() {
 					if sc.Text() == heartbeatLine {
 						s.heartbeat(nc)
+						continue
+					}
+					if sc.Text() == clusterLine {
+						s.clusterAsked(nc)
 						continue
 					}
 					s.lines <- fakeLine{nc, sc.Text()}
@@ -97,6 +119,68 @@ func (s *fakeServer) heartbeat(nc net.Conn) {
 	if !s.hung.Load() {
 		// The client may have closed nc meanwhile; the test does not care.
 		_, _ = nc.Write([]byte(heartbeatLine + " FREE\n"))
+	}
+}
+
+// clusterLine is an address refresh as the fake reads it.
+const clusterLine = "C -"
+
+// oldServerAnswer is what a server from before protocol 1.3 answers C and
+// M: it cannot read their op.
+const oldServerAnswer = "? - ERR badrequest op must be A, R, K, Q or H"
+
+// setCluster makes the fake answer C - with what answer returns for the
+// connection it came on: a line without its LF, or "" for no answer.
+func (s *fakeServer) setCluster(answer func(nc net.Conn) string) {
+	s.cluster.Store(&answer)
+}
+
+// setMembers makes the fake answer C - with the client addresses addrs.
+func (s *fakeServer) setMembers(addrs ...string) {
+	s.setCluster(func(net.Conn) string { return "C - OK " + strings.Join(addrs, ",") })
+}
+
+// clusterAsked counts a C - and answers it.
+func (s *fakeServer) clusterAsked(nc net.Conn) {
+	answer := oldServerAnswer
+	if f := s.cluster.Load(); f != nil {
+		answer = (*f)(nc)
+	}
+	if answer != "" {
+		_, _ = nc.Write([]byte(answer + "\n"))
+	}
+	// Counted once answered, so that a test that waited for a count sees
+	// the answer's effect next.
+	s.mu.Lock()
+	s.clusterAsks++
+	close(s.clusterSeen)
+	s.clusterSeen = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// clusterCount is the number of C - received so far.
+func (s *fakeServer) clusterCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.clusterAsks
+}
+
+// waitCluster waits until n C - have come, failing the test after 5 s.
+func (s *fakeServer) waitCluster(n int) {
+	s.t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		s.mu.Lock()
+		got, seen := s.clusterAsks, s.clusterSeen
+		s.mu.Unlock()
+		if got >= n {
+			return
+		}
+		select {
+		case <-seen:
+		case <-timeout:
+			s.t.Fatalf("fake server: %d C - within 5s, want %d", got, n)
+		}
 	}
 }
 
@@ -147,6 +231,27 @@ func (s *fakeServer) waitConns(n int) {
 			s.t.Fatalf("fake server: %d connections within 5s, want %d", got, n)
 		}
 	}
+}
+
+// waitEnded waits until the stream of nc ends (the client closed it),
+// failing the test after 5 s.
+func (s *fakeServer) waitEnded(nc net.Conn) {
+	s.t.Helper()
+	s.mu.Lock()
+	ended := s.ended[nc]
+	s.mu.Unlock()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		s.t.Fatalf("fake server: the client did not close its connection %v within 5s", nc.RemoteAddr())
+	}
+}
+
+// accepted returns the connections accepted so far.
+func (s *fakeServer) accepted() []net.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]net.Conn(nil), s.conns...)
 }
 
 func (s *fakeServer) close() {

@@ -98,7 +98,9 @@ func TestLostGrantAnswerRetriedWithOwner(t *testing.T) {
 	n := startNode(t)
 	const key = "lost/answer"
 	e := startAnswerEater(t, n.ClientAddr, key)
-	c := newTestClient(t, e.addr())
+	// The proxy is the way to the server: the client must not move to the
+	// address the server names.
+	c := newTestClientWith(t, []string{e.addr()}, WithFixedAddresses())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -146,7 +148,7 @@ func BenchmarkLostAnswer(b *testing.B) {
 		lockBack(b, func(i int) time.Duration {
 			key := fmt.Sprintf("lost/owner-%d-%d", b.N, i)
 			e := startAnswerEater(b, n.ClientAddr, key)
-			c, err := New([]string{e.addr()}, WithDialTimeout(2*time.Second))
+			c, err := New([]string{e.addr()}, WithDialTimeout(2*time.Second), WithFixedAddresses())
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -20,7 +20,8 @@ const (
 type call struct {
 	op   byte
 	key  string
-	next *call // the next call with the same (op, key) on the connection
+	next *call  // the next call with the same (op, key) on the connection
+	seq  uint64 // its place among the connection's calls (pendingTable.push)
 
 	state atomic.Int32
 	done  chan struct{} // closed when state becomes callDone
@@ -32,8 +33,12 @@ type call struct {
 	remainingMs uint64
 	owner       string // HELD: the holder's owner, "" when it has none
 	addr        string // MOVED
+	value       string // OK of C and M: the rest of the line
 	code, text  string // ERR
-	err         error  // the connection failed before the answer came
+	// unread: the answer was "? - ERR badrequest": the server could not
+	// read the request's op (one from before protocol 1.3).
+	unread bool
+	err    error // the connection failed before the answer came
 }
 
 func newCall(op byte, key string) *call {
@@ -47,6 +52,10 @@ func (c *call) setAnswer(r *codec.Response) {
 	c.token = r.Token
 	c.remainingMs = r.RemainingMs
 	switch r.Status {
+	case codec.StatusOK:
+		if len(r.Value) > 0 {
+			c.value = string(r.Value)
+		}
 	case codec.StatusHeld:
 		if len(r.Owner) > 0 { // a string only when there is one: heartbeats find keys free
 			c.owner = string(r.Owner)
@@ -88,6 +97,7 @@ type callQueue struct {
 type pendingTable struct {
 	byOp [codec.NumOps]map[string]*callQueue // indexed by codec.OpIndex
 	n    int
+	seq  uint64 // calls pushed so far
 }
 
 // push appends c behind the earlier calls of its (op, key). c.op must be a
@@ -100,6 +110,8 @@ func (p *pendingTable) push(c *call) {
 		p.byOp[i] = m
 	}
 	c.next = nil
+	p.seq++
+	c.seq = p.seq
 	q := m[c.key]
 	if q == nil {
 		m[c.key] = &callQueue{key: c.key, head: c, tail: c}
@@ -130,6 +142,25 @@ func (p *pendingTable) pop(op byte, key []byte) *call {
 	}
 	p.n--
 	return c
+}
+
+// popUnread removes and returns the oldest unanswered C or M, or nil: the
+// call that an answer "? - ERR badrequest" belongs to. A server from before
+// protocol 1.3 cannot read the op of C and M and answers them so, echoing
+// neither op nor key; every other request the client sends it can read.
+// Such a server answers an unreadable line as soon as it reads it, so the
+// oldest is the one.
+func (p *pendingTable) popUnread() *call {
+	var oldest *call
+	for _, op := range [...]byte{codec.OpCluster, codec.OpMember} {
+		if q := p.byOp[codec.OpIndex(op)][codec.HelloKey]; q != nil && (oldest == nil || q.head.seq < oldest.seq) {
+			oldest = q.head
+		}
+	}
+	if oldest == nil {
+		return nil
+	}
+	return p.pop(oldest.op, []byte(oldest.key))
 }
 
 // len is the number of unanswered calls.

@@ -55,6 +55,9 @@ func (cl *Client) pick(ctx context.Context, addr, avoid string) (*conn, error) {
 				return nil, errTargetDown
 			}
 			cl.addConnLocked(addr)
+			// A node we did not know leads: the membership may have
+			// changed.
+			cl.askRefresh()
 		}
 		want := addr
 		if want == "" && cl.preferred != avoid {

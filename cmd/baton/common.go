@@ -160,9 +160,10 @@ func parseCommand(e env, name, help string, fs *flag.FlagSet, args []string, min
 	return pos, 0, false
 }
 
-// dial makes the client of one command. Its acquires name owners after
-// ownerPrefix, unless told otherwise.
-func dial(e env, name string, o *commonOpts) (*client.Client, int, bool) {
+// dial makes the client of one command, with the options extra on top of
+// those of the flags. Its acquires name owners after ownerPrefix, unless
+// told otherwise.
+func dial(e env, name string, o *commonOpts, extra ...client.Option) (*client.Client, int, bool) {
 	addrs, err := splitAddrs(o.addr)
 	if err != nil {
 		return nil, usageError(e, name, err), false
@@ -172,12 +173,18 @@ func dial(e env, name string, o *commonOpts) (*client.Client, int, bool) {
 		fmt.Fprintf(e.stderr, "baton %s: %v\n", name, err)
 		return nil, exitFailed, false
 	}
-	c, err := client.New(addrs, append(opts, client.WithOwnerPrefix(ownerPrefix()))...)
+	opts = append(opts, client.WithOwnerPrefix(ownerPrefix()))
+	c, err := client.New(addrs, append(opts, extra...)...)
 	if err != nil {
 		return nil, usageError(e, name, err), false
 	}
 	return c, 0, true
 }
+
+// oneShot is the client option of a command that sends a request or two
+// and exits: the client's address refresh (C -), which keeps a long-lived
+// client on the cluster's current members, would only add a request.
+var oneShot = client.WithFixedAddresses()
 
 // limited is e.ctx bounded by d (no bound when d <= 0).
 func limited(e env, d time.Duration) (context.Context, context.CancelFunc) {

@@ -85,7 +85,7 @@ func runAcquire(e env, args []string) int {
 	if err := checkWait(wait.d); err != nil {
 		return usageError(e, "acquire", err)
 	}
-	c, code, ok := dial(e, "acquire", o)
+	c, code, ok := dial(e, "acquire", o, oneShot)
 	if !ok {
 		return code
 	}
@@ -165,7 +165,7 @@ func runRelease(e env, args []string) int {
 		}
 		token = t
 	}
-	c, code, ok := dial(e, "release", &o)
+	c, code, ok := dial(e, "release", &o, oneShot)
 	if !ok {
 		return code
 	}
@@ -247,7 +247,7 @@ func runExtend(e env, args []string) int {
 	if err := checkLease(*lease); err != nil {
 		return usageError(e, "extend", err)
 	}
-	c, code, ok := dial(e, "extend", o)
+	c, code, ok := dial(e, "extend", o, oneShot)
 	if !ok {
 		return code
 	}
@@ -302,7 +302,7 @@ func runQuery(e env, args []string) int {
 		return code
 	}
 	key := pos[0]
-	c, code, ok := dial(e, "query", &o)
+	c, code, ok := dial(e, "query", &o, oneShot)
 	if !ok {
 		return code
 	}
