@@ -6,6 +6,7 @@ stays on 127.0.0.1.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import select
@@ -15,7 +16,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 READY_TIMEOUT = 20.0
@@ -169,6 +170,21 @@ def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.02)
+
+
+async def wait_until(cond: Callable[[], bool | Awaitable[bool]], timeout: float,
+                     what: str) -> None:
+    """wait_for for asyncio tests: polls cond (sync or async) until it holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if not isinstance(got, bool):
+            got = await got
+        if got:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
 
 
 class _Pair:

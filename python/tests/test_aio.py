@@ -5,28 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import pytest
-from servers import Node, Proxy, raw_lines
+from servers import Node, Proxy, raw_lines, wait_until
 
 import baton
 import baton.aio
-
-
-async def wait_until(cond: Callable[[], bool | Awaitable[bool]], timeout: float,
-                     what: str) -> None:
-    """Polls cond (sync or async) until it holds; fails after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if not isinstance(got, bool):
-            got = await got
-        if got:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def free_on_server(node: Node, key: str) -> Callable[[], bool]:
@@ -367,3 +352,61 @@ async def test_errors_and_closed_client(node: Node) -> None:
         with pytest.raises(baton.Unavailable):
             await down.query("k")
         assert time.monotonic() - t0 < 3.0
+
+
+async def test_cluster_moved_and_killed_leader(cluster: list[Node]) -> None:
+    from test_cluster import leader
+
+    lead = leader(cluster)
+    follower = next(n for n in cluster if n is not lead)
+    async with baton.aio.Client(follower.addr) as client:
+        lock = await client.acquire("mv/1", lease=30.0)
+        assert client._pool.preferred == lead.addr
+        assert any(c.addr == lead.addr for c in client._pool.conns)
+        assert await lock.release()
+    async with baton.aio.Client([n.addr for n in cluster]) as client:
+        lock = await client.acquire("kl/1", lease=30.0)
+        lead.kill()  # SIGKILL
+        t0 = time.monotonic()
+        h = await client.query("kl/1")  # committed: survives the leader
+        assert h is not None and h.token == lock.token and h.owner == lock.owner
+        await lock.extend(lease=30.0)
+        assert await lock.release()
+        again = await client.acquire("kl/1", lease=5.0, wait=5.0)
+        assert again.token > lock.token
+        assert await again.release()
+        assert time.monotonic() - t0 < 15.0
+
+
+async def test_cancel_during_failover_leaves_nothing_held(cluster: list[Node]) -> None:
+    """Acquires cancelled while the leader is paused (SIGSTOP) and the cluster elects
+    another: none of them leaves a grant behind."""
+    from test_cluster import leader
+
+    lead = leader(cluster)
+    others = [n for n in cluster if n is not lead]
+    async with baton.aio.Client([n.addr for n in cluster]) as client:
+        assert await client.query("warm") is None
+        lead.pause()
+        try:
+            tasks = [asyncio.create_task(client.acquire(f"cf/{i}", lease=60.0, wait=30.0))
+                     for i in range(10)]
+            await wait_until(lambda: sum(len(c._pairing) for c in client._pool.conns) >= 10,
+                             5.0, "the acquires in flight")
+            for t in tasks:
+                t.cancel()
+            got = await asyncio.gather(*tasks, return_exceptions=True)
+            for g in got:
+                if isinstance(g, baton.aio.Lock):
+                    assert await g.release()
+                else:
+                    assert isinstance(g, asyncio.CancelledError), g
+            new = leader(others)
+
+            def all_free() -> bool:
+                return all(raw_lines(new.addr, [f"Q cf/{i}"]) == [f"Q cf/{i} FREE"]
+                           for i in range(10))
+
+            await wait_until(all_free, 15.0, "every cancelled acquire's key free")
+        finally:
+            lead.resume()
