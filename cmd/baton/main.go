@@ -1,9 +1,10 @@
 // Command baton is the command-line client of the baton lock service.
 //
 // It is a dispatcher of subcommands: acquire, release, extend, query and
-// lock talk to a cluster through package client; status prints a node's
-// /status and backup writes its /backup to a file; bench is the load
-// generator (package bench). See baton --help.
+// lock talk to a cluster through package client, and so does member, which
+// changes its membership; status prints a node's /status and backup writes
+// its /backup to a file; bench is the load generator (package bench). See
+// baton --help.
 package main
 
 import (
@@ -55,6 +56,7 @@ var commands = []command{
 	{"lock", "run a command while holding a lock", runLock},
 	{"status", "show a node's view of itself and its cluster (its --http)", runStatus},
 	{"backup", "write a backup of a node's lock table to a file (batond --restore)", runBackup},
+	{"member", "list, add, remove and reorder the cluster's members", runMember},
 	{"bench", "drive load against a server and measure it", runBench},
 }
 
@@ -74,9 +76,9 @@ Environment:
   BATON_HTTP   default node HTTP address for status and backup --http
                (otherwise 127.0.0.1:7780)
 
-TLS and the secret (protocol 1.2): the lock commands and bench take --tls,
---tls-ca, --tls-cert, --tls-key, --tls-server-name and --auth-file (see
-their --help).
+TLS and the secret (protocol 1.2): the lock commands, member and bench take
+--tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name and --auth-file
+(see their --help).
 
 Exit status: 0 success, 1 failure, 2 bad usage, 130 interrupted; some
 commands add their own (see their --help).
