@@ -251,6 +251,24 @@ async def test_cancelled_release_still_releases(proxy: Proxy, node: Node) -> Non
         assert not lock.lost
 
 
+async def test_close_waits_for_a_release_under_way(proxy: Proxy, node: Node) -> None:
+    client = baton.aio.Client(proxy.addr)
+    lock = await client.acquire("cw/1", lease=60.0)
+    proxy.block()
+    task = asyncio.create_task(lock.release())
+    await wait_until(lambda: bool(client._tasks), 2.0, "the release to start")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    asyncio.get_running_loop().call_later(0.5, proxy.unblock)
+    t0 = time.monotonic()
+    await client.close()
+    assert time.monotonic() - t0 < 6.5
+    assert raw_lines(node.addr, ["Q cw/1"]) == ["Q cw/1 FREE"]
+    with pytest.raises(baton.BatonError):
+        await client.query("cw/1")
+
+
 async def test_cancelled_body_releases(node: Node) -> None:
     async with baton.aio.Client(node.addr) as client:
         started = asyncio.Event()

@@ -118,3 +118,29 @@ def test_a_grant_after_the_caller_gave_up_is_released(node: Node) -> None:
         assert h is not None and h.token == lock.token and h.owner == lock.owner
         assert lock.release()
         wait_for(lambda: client.query("ab/1") is None, 5.0, "the key to be free")
+
+
+def test_interrupted_while_its_answer_is_lost_leaves_nothing_held(proxy: Proxy,
+                                                                   node: Node) -> None:
+    """The grant is made but its answer never arrives (the connection hangs, then is
+    closed by the heartbeat), and the caller was interrupted meanwhile: the client takes
+    the grant back with its owner on another connection and releases it."""
+    with baton.Client(proxy.addr) as client:
+        assert client.query("warm") is None
+        proxy.freeze_on("A amb/2 OK")
+
+        def handler(signum: int, frame: object) -> None:
+            raise _GiveUp
+
+        old = signal.signal(signal.SIGALRM, handler)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.5)  # before the heartbeat gives up (1.5 s)
+            with pytest.raises(_GiveUp):
+                client.acquire("amb/2", lease=60.0, wait=5.0)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        assert proxy.frozen_pairs()
+        assert raw_lines(node.addr, ["Q amb/2"])[0].startswith("Q amb/2 HELD")
+        wait_for(lambda: raw_lines(node.addr, ["Q amb/2"]) == ["Q amb/2 FREE"], 8.0,
+                 "the unseen grant released")

@@ -104,9 +104,9 @@ class Client:
         self._dial_timeout = dial_timeout
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pool: Pool[Conn] = Pool()
-        self._closed = False  # close was called: no new request
-        self._closing = False  # the connections are being closed
-        self._closed_ev = asyncio.Event()
+        self._closed = False  # close was called: no new request (but the client's own)
+        self._closing = False  # the connections are being closed: no request at all
+        self._closing_ev = asyncio.Event()
         self._changed = asyncio.Event()
         # Work that must outlive its caller: releases (of a cancelled release, of a grant
         # nobody waits for), clean-ups of acquires that gave up. close waits for them.
@@ -159,7 +159,6 @@ class Client:
         if self._closed:
             return
         self._closed = True
-        self._closed_ev.set()
         if self._loop is None:
             self._closing = True
             return
@@ -170,6 +169,7 @@ class Client:
         if pending:
             await asyncio.wait(pending, timeout=RELEASE_WINDOW + 1.0)
         self._closing = True
+        self._closing_ev.set()
         tasks: list[asyncio.Task[Any]] = [t for t in self._keepalives if t is not me]
         for c in list(self._pool.conns):
             c.drop()
@@ -204,8 +204,7 @@ class Client:
         """A connection that is up (Pool.choose says which); waits while a candidate is
         being dialled."""
         while True:
-            if self._closed:
-                raise ClientClosed("client closed")
+            self._check_open()
             if target is not None and self._pool.needs_conn(target):
                 self._add_conn(target)
                 self._refresh_now.set()  # MOVED named a node the client did not know
@@ -226,6 +225,12 @@ class Client:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._changed.wait()
+
+    def _check_open(self) -> None:
+        """Raises ClientClosed once close was called, but for the client's own tasks (the
+        releases close waits for) until the connections close."""
+        if self._closing or (self._closed and asyncio.current_task() not in self._tasks):
+            raise ClientClosed("client closed")
 
     def _conn_count(self) -> int:
         return len(self._pool.live())
@@ -362,9 +367,8 @@ class Client:
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(d):
-                await self._closed_ev.wait()
-        if self._closed:
-            raise ClientClosed("client closed")
+                await self._closing_ev.wait()
+        self._check_open()
 
     def _abandoned(self, req: AcquireRequest, ans: Answer | None) -> None:
         """An attempt of an acquire whose caller gave up was answered (ans), or its
