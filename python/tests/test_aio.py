@@ -167,15 +167,19 @@ async def test_loss_is_noticed_when_the_server_is_paused(node: Node) -> None:
 
 
 async def test_cancel_at_every_point_leaves_nothing_held(node: Node) -> None:
-    """An acquire cancelled after any number of event loop steps: either it returned the
-    lock (released here) or nothing stays held, whatever it had sent."""
+    """An acquire cancelled after any number of event loop steps, then after growing
+    delays (so that some cancellations land after the grant was sent, some after it was
+    read): either it returned the lock (released here) or nothing stays held."""
     async with baton.aio.Client(node.addr) as client:
         outcomes = {"lock": 0, "cancelled": 0}
         for steps in range(40):
             key = f"cx/{steps}"
             task = asyncio.create_task(client.acquire(key, lease=30.0, wait=5.0))
-            for _ in range(steps):
-                await asyncio.sleep(0)
+            if steps < 20:
+                for _ in range(steps):
+                    await asyncio.sleep(0)
+            else:
+                await asyncio.sleep((steps - 20) * 0.001)  # 0 to 19 ms
             task.cancel()
             try:
                 lock = await task
