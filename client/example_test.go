@@ -112,3 +112,34 @@ func ExampleWithOwner() {
 	lock.KeepAlive()
 	// ... the report, fenced with lock.Token() ...
 }
+
+// Replace a member whose machine is gone: remove it, then add the new
+// machine, which is started with the command the add prints.
+func ExampleClient_AddMember() {
+	c, err := client.New([]string{"10.0.0.1:7700", "10.0.0.2:7700"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	if err := c.RemoveMember(ctx, 3, false); errors.Is(err, client.ErrRefused) {
+		log.Fatalf("not removed, nothing changed: %v", err) // the reason is in err
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	id, err := c.AddMember(ctx, client.MemberAddrs{Raft: "10.0.0.4:7701", Client: "10.0.0.4:7700"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("on 10.0.0.4: batond --id %d --join 10.0.0.4:7701/10.0.0.4:7700 --data DIR\n", id)
+
+	members, err := c.ListMembers(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range members {
+		fmt.Println(m.ID, m.Role, m.Client) // the new one a learner until it has caught up
+	}
+}

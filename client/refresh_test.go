@@ -109,7 +109,8 @@ func TestRefreshOnConnect(t *testing.T) {
 	c := newTestClientWith(t, []string{seed.addr()}, quickRefresh)
 	seed.waitCluster(1)
 	waitAddrs(t, c, a.addr(), b.addr())
-	seed.waitConns(2)
+	// The second connection to seed may have been retired before it was
+	// dialled: every one that was is closed.
 	for _, nc := range seed.accepted() {
 		seed.waitEnded(nc)
 	}
@@ -130,6 +131,7 @@ func TestRefreshOnLostConnection(t *testing.T) {
 	}
 	c := newTestClientWith(t, []string{a.addr(), b.addr()}, quickRefresh)
 	waitAsked(t, 1, a, b) // on connecting
+	b.waitConns(1)        // up, so that closing b loses it
 	for _, s := range all {
 		s.setMembers(a.addr(), d.addr())
 	}
@@ -337,6 +339,9 @@ func TestFollowsReplacedMembers(t *testing.T) {
 	current := nodes[:3:3]
 	members(current...)
 	c := newTestClientWith(t, addrsOf(current), quickRefresh)
+	for _, s := range current {
+		s.waitConns(1) // up, so that closing it loses a connection
+	}
 	for i := range 3 {
 		gone, added := current[0], nodes[3+i]
 		current = append(current[1:len(current):len(current)], added)
