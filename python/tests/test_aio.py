@@ -12,6 +12,7 @@ from servers import Node, Proxy, raw_lines, wait_until
 
 import baton
 import baton.aio
+from baton._core import UP
 
 
 def free_on_server(node: Node, key: str) -> Callable[[], bool]:
@@ -44,6 +45,30 @@ async def test_acquire_query_extend_release(node: Node) -> None:
         same = await client.acquire("a/1", lease=5.0, wait=0, owner="me-1")
         assert same.token == again.token
         assert await same.release()
+
+
+async def test_two_connections_round_robin_and_redial(proxy: Proxy, node: Node) -> None:
+    """Two connections to a lone address, requests spread over both; one cut is left out
+    and redialled within 3 s, and the service goes on meanwhile."""
+    async with baton.aio.Client(proxy.addr) as client:
+        conns = client._pool.conns
+        assert len(conns) == 2 and {c.addr for c in conns} == {proxy.addr}
+        await wait_until(lambda: all(c.state == UP for c in conns), 5.0, "both up")
+        used: set[int] = set()
+        for i in range(4):
+            task = asyncio.create_task(client.query(f"rr/{i}"))
+            await asyncio.sleep(0)  # sent: see which connection owes it
+            used |= {id(c) for c in conns if len(c._pairing)}
+            assert await task is None
+        assert used == {id(c) for c in conns}
+        proxy.cut_on_request("Q rr/cut")
+        assert await client.query("rr/cut") is None  # moved to the other connection
+        await wait_until(lambda: any(c.state != UP for c in conns), 2.0, "one left out")
+        t0 = time.monotonic()
+        for i in range(5):
+            assert await client.query(f"rr/during/{i}") is None
+        await wait_until(lambda: all(c.state == UP for c in conns), 5.0, "redialled")
+        assert time.monotonic() - t0 < 3.5
 
 
 async def test_try_lock_timeout_and_release_of_a_lost_grant(node: Node) -> None:

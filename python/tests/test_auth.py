@@ -9,6 +9,7 @@ import pytest
 from servers import Node, start_cluster
 
 import baton
+import baton.aio
 
 
 @pytest.fixture
@@ -39,3 +40,19 @@ def test_secret_from_the_environment(secured: Node, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("BATON_AUTH", "wrong")
     with baton.Client(secured.addr, secret="s3cret") as client:
         assert client.query("auth/2") is None
+
+
+async def test_aio_secret(secured: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BATON_AUTH", raising=False)
+    async with baton.aio.Client(secured.addr, secret="s3cret") as client:
+        lock = await client.acquire("auth/3", lease=5.0)
+        assert await lock.release()
+    async with baton.aio.Client(secured.addr, secret="wrong") as client:
+        with pytest.raises(baton.AuthError):
+            await client.query("auth/3")
+    async with baton.aio.Client(secured.addr) as client:
+        with pytest.raises(baton.AuthError):
+            await client.query("auth/3")
+    monkeypatch.setenv("BATON_AUTH", "s3cret")
+    async with baton.aio.Client(secured.addr) as client:
+        assert await client.query("auth/3") is None
