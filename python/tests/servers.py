@@ -214,6 +214,8 @@ class Proxy:
     - ``cut_on_request(pattern)``: the connection is cut instead of forwarding a request
       line starting with pattern.
     - ``block()`` / ``unblock()``: cut every connection and refuse new ones meanwhile.
+
+    ``C - OK`` answers get the proxy's address in place of the server's.
     """
 
     def __init__(self, target: str) -> None:
@@ -314,13 +316,23 @@ class Proxy:
                     p.held = line + b"\n" + buf
                     buf = b""
                     break
-                out += line + b"\n"
+                out += self._rewrite(line) + b"\n"
             try:
                 p.client.sendall(out)
             except OSError:
                 break
         if not p.frozen:
             p.close()
+
+    def _rewrite(self, line: bytes) -> bytes:
+        """C - names the server's own address: the proxy puts its own in its place, so that
+        a client that follows the membership stays behind the proxy."""
+        if line.startswith(b"C - OK "):
+            target = f"{self.target[0]}:{self.target[1]}".encode()
+            addrs = line[len(b"C - OK "):].split(b",")
+            line = b"C - OK " + b",".join(self.addr.encode() if a == target else a
+                                          for a in addrs)
+        return line
 
     def freeze_on(self, pattern: str) -> None:
         self.freeze_pattern = pattern.encode()

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 from fakeserver import FakeServer, plain
-from servers import Node, wait_for
+from servers import Node, Proxy, wait_for
 
 import baton
 import baton._client
@@ -250,6 +250,26 @@ def test_unanswered_c_is_given_up(kind: str, fakes: list[FakeServer],
         assert d.addrs() == [a.addr, a.addr]
     finally:
         d.close()
+
+
+def test_a_proxied_client_stays_behind_its_proxy(kind: str, fakes: list[FakeServer]) -> None:
+    """The fault proxy of the tests puts its own address in C - answers, so that the
+    tests through it keep working against a server that answers C -."""
+    members: list[str] = []
+    a = FakeServer("a", members_script(members))
+    fakes.append(a)
+    members.append(a.addr)
+    proxy = Proxy(a.addr)
+    try:
+        d = Driver(kind, [proxy.addr])
+        try:
+            wait_for(lambda: a.count("C -") >= 1, 5.0, "the first refresh")
+            assert d.members() == [proxy.addr]
+            assert d.addrs() == [proxy.addr, proxy.addr]
+        finally:
+            d.close()
+    finally:
+        proxy.close()
 
 
 def _answers_c(addr: str) -> bool:
