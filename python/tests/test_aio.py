@@ -402,9 +402,9 @@ async def test_errors_and_closed_client(node: Node) -> None:
 
 
 async def test_cluster_moved_and_killed_leader(cluster: list[Node]) -> None:
-    from test_cluster import leader
+    from test_cluster import settled_leader
 
-    lead = leader(cluster)
+    lead = settled_leader(cluster)
     follower = next(n for n in cluster if n is not lead)
     async with baton.aio.Client(follower.addr) as client:
         lock = await client.acquire("mv/1", lease=30.0)
