@@ -15,7 +15,7 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from fakeserver import FakeServer, plain
+from fakeserver import FakeServer, Script, plain
 from servers import Node, Proxy, wait_for
 
 import baton
@@ -96,7 +96,7 @@ def fakes() -> Iterator[list[FakeServer]]:
         f.close()
 
 
-def members_script(members: list[str]) -> Any:
+def members_script(members: list[str]) -> Script:
     """plain, and C - answered with the current contents of members."""
 
     def script(server: FakeServer, line: str) -> list[str]:
