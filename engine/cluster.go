@@ -45,8 +45,9 @@ const (
 	quietSettle = 5 * time.Millisecond
 )
 
-// clustered reports whether there is anyone to share leadership with.
-func (n *Node) clustered() bool { return len(n.cfg.Peers) > 1 }
+// clustered reports whether there is anyone to share leadership with:
+// another voter.
+func (n *Node) clustered() bool { return n.view().voters > 1 }
 
 // runPriority pulls, every priorityInterval, the leadership of each shard
 // whose leader has a lower priority than this node.
@@ -75,8 +76,8 @@ func (n *Node) runPriority() {
 func (s *shard) shouldPull(now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	me := s.node.cfg.ID
-	if s.leaderID == 0 || s.leaderID <= me || s.stopping || now.Sub(s.lastPull) < pullBackoff {
+	d := s.node.view()
+	if s.leaderID == 0 || !d.isVoter(s.node.cfg.ID) || d.rank(s.leaderID) <= d.rank(s.node.cfg.ID) || s.stopping || now.Sub(s.lastPull) < pullBackoff {
 		return false
 	}
 	s.lastPull = now
@@ -115,7 +116,8 @@ type handOffRequest struct {
 // are held from now on), and runHandOffs does the rest.
 func (s *shard) handOffAsked(to uint64) {
 	n := s.node
-	if !s.serving || s.leaderID != n.cfg.ID || to >= n.cfg.ID || s.handingOff || s.stopping || n.draining.Load() {
+	d := n.view()
+	if !s.serving || s.leaderID != n.cfg.ID || d.rank(to) >= d.rank(n.cfg.ID) || s.handingOff || s.stopping || n.draining.Load() {
 		return
 	}
 	s.handingOff = true
@@ -207,7 +209,7 @@ func (n *Node) transferLeadership(ctx context.Context) {
 		s.mu.Unlock()
 	}
 	n.settle(ctx, shards)
-	for id := uint64(1); id <= uint64(len(n.cfg.Peers)); id++ {
+	for _, id := range n.view().voterIDs() {
 		if id == n.cfg.ID {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,10 +56,27 @@ type Peer struct {
 	ClientAddr string // host:port clients connect to (what MOVED names)
 }
 
+// String is the --peers spelling of p, RAFT_ADDR/CLIENT_ADDR.
+func (p Peer) String() string { return p.RaftAddr + "/" + p.ClientAddr }
+
 // Config is what a node needs to start.
 type Config struct {
-	ID      uint64 // 1-based position of this node in Peers
-	Peers   []Peer // every member, in leadership priority order
+	// ID is this node's member id: at a cluster's first start, its 1-based
+	// position in Peers; for a node that joins, the id `baton member add`
+	// gave it.
+	ID uint64
+	// Peers is every member of the cluster's first start, in leadership
+	// priority order (--peers). It bootstraps the cluster and nothing
+	// more: from then on the membership is Raft state (members.go), and a
+	// node restarts with its data dir's. nil takes the data dir's, or one
+	// node on the default addresses for a new data dir; a Peers other
+	// than the data dir's is ignored, with a warning.
+	Peers []Peer
+	// Join, when set, is this node's own addresses as a new member of a
+	// running cluster (batond --join): it starts as a learner, with an
+	// empty data dir and without Peers, and the cluster's leader reaches
+	// it there (join.go).
+	Join    *Peer
 	DataDir string
 	// Shards is the number of Raft groups; 0 means the value stored in
 	// DataDir, or DefaultShards for a new one.
@@ -118,6 +136,10 @@ type Config struct {
 	TLSPeers []string
 	// RaftTLS, when set, makes the Raft transport mutual TLS.
 	RaftTLS *RaftTLS
+
+	// joinedVoter is set, from the data dir, for a node that joined and
+	// has been promoted since (fromDataDir, runMembership).
+	joinedVoter bool
 }
 
 // Raft log stores (Config.RaftLog).
@@ -178,9 +200,62 @@ func ParsePeers(s string) ([]Peer, error) {
 func (c *Config) peerStrings() []string {
 	out := make([]string, len(c.Peers))
 	for i, p := range c.Peers {
-		out[i] = p.RaftAddr + "/" + p.ClientAddr
+		out[i] = p.String()
 	}
 	return out
+}
+
+// self is this node's own addresses: its entry of Peers, or Join.
+func (c *Config) self() Peer {
+	if c.Join != nil {
+		return *c.Join
+	}
+	return c.Peers[c.ID-1]
+}
+
+// fromDataDir takes the node's identity from its data dir's settings when
+// it has them (a restart needs --id and --data alone: existing), and
+// checks the flags of a first start: --join takes an empty data dir and no
+// --peers.
+func (c *Config) fromDataDir() (existing bool, err error) {
+	have, ok, err := peekSettings(c.DataDir)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		switch {
+		case c.Join != nil && c.Peers != nil:
+			return false, errors.New("--join and --peers: a joining node has its addresses from --join and the cluster's from its leader")
+		case c.Join != nil && c.Restore != "":
+			return false, errors.New("--join and --restore: a joining node receives the cluster's table from its leader")
+		case c.Join == nil && c.Peers == nil:
+			c.Peers = []Peer{{RaftAddr: DefaultRaftAddr, ClientAddr: DefaultClientAddr}}
+		}
+		return false, nil
+	}
+	switch {
+	case c.Join != nil:
+		return true, fmt.Errorf("--join: data dir %s has a cluster's data already (%s); a node joins with an empty data dir", c.DataDir, settingsFile)
+	case c.ID != have.ID:
+		return true, fmt.Errorf("data dir %s belongs to node --id %d; refusing to start as --id %d", c.DataDir, have.ID, c.ID)
+	}
+	stored, err := ParsePeers(strings.Join(have.Peers, ","))
+	if have.Join != "" {
+		var join []Peer
+		join, err = ParsePeers(have.Join)
+		if err == nil {
+			c.Join, stored = &join[0], nil
+		}
+	}
+	if err != nil {
+		return true, fmt.Errorf("data dir %s: %s is damaged: %v", c.DataDir, settingsFile, err)
+	}
+	if c.Peers != nil && !slices.Equal(c.peerStrings(), have.Peers) {
+		c.Logger.Warn("--peers differs from the data dir's and is ignored: a member restarts on the addresses it was created with (baton member list shows every member's)",
+			"given", joinPeers(c.peerStrings()), "data_dir", joinPeers(have.Peers))
+	}
+	c.Peers, c.joinedVoter = stored, have.Voter
+	return true, nil
 }
 
 // raftListen is the address the Raft transport binds.
@@ -188,17 +263,19 @@ func (c *Config) raftListen() string {
 	if c.RaftListen != "" {
 		return c.RaftListen
 	}
-	return c.Peers[c.ID-1].RaftAddr
+	return c.self().RaftAddr
 }
 
 func joinPeers(p []string) string { return strings.Join(p, ",") }
 
 func (c *Config) validate() error {
 	switch {
-	case len(c.Peers) == 0:
+	case c.Join == nil && len(c.Peers) == 0:
 		return errors.New("no peers")
-	case c.ID < 1 || c.ID > uint64(len(c.Peers)):
+	case c.Join == nil && (c.ID < 1 || c.ID > uint64(len(c.Peers))):
 		return fmt.Errorf("--id %d is not a position in --peers (1..%d)", c.ID, len(c.Peers))
+	case c.Join != nil && c.ID < 1:
+		return errors.New("--join needs the --id that baton member add gave the new member")
 	case c.Shards < 0 || c.Shards > sm.MaxShards:
 		return fmt.Errorf("--shards %d out of range 1..%d", c.Shards, sm.MaxShards)
 	case c.DataDir == "":

@@ -117,6 +117,9 @@ type connState struct {
 	// goroutine).
 	touched []*shard // shards that got commands from the input being served
 	authed  bool     // an H with the right secret was received (Node.secretHash)
+	// memberDone is closed once the answer to the connection's latest M is
+	// queued: the next M waits for it (serveMember).
+	memberDone chan struct{}
 	// asked counts the request lines served; under mu once eof is set (it
 	// does not change after).
 	asked uint64

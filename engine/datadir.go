@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 )
 
@@ -30,6 +29,34 @@ type settings struct {
 	// dragonboat's, and dragonboat refuses to open a NodeHost dir with
 	// another store than it was made by.
 	RaftLog string `json:"raft_log,omitempty"`
+	// Join is the node's own RAFT_ADDR/CLIENT_ADDR when it joined a running
+	// cluster (batond --join) rather than being one of its first --peers;
+	// Peers is then empty, and Shards 0 until the node has learned the
+	// cluster's from its directory (join.go).
+	Join string `json:"join,omitempty"`
+	// Voter records that a node that joined has been promoted: dragonboat
+	// must be told at start whether a replica is a learner, and starting a
+	// learner as a voter panics (lni/dragonboat#373).
+	Voter bool `json:"voter,omitempty"`
+}
+
+// peekSettings reads the settings of the data dir at path, without locking
+// it; ok is false for a data dir that has none (a new one).
+func peekSettings(path string) (have settings, ok bool, err error) {
+	raw, err := os.ReadFile(filepath.Join(path, settingsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return settings{}, false, nil
+	}
+	if err != nil {
+		return settings{}, false, fmt.Errorf("data dir %s: %w", path, err)
+	}
+	if err := json.Unmarshal(raw, &have); err != nil {
+		return settings{}, false, fmt.Errorf("data dir %s: %s is damaged: %v", path, settingsFile, err)
+	}
+	if have.RaftLog == "" {
+		have.RaftLog = RaftLogDragonboat
+	}
+	return have, true, nil
 }
 
 // dataDir is an opened, locked data directory.
@@ -71,10 +98,16 @@ func openDataDir(cfg *Config) (*dataDir, error) {
 
 func (d *dataDir) reconcile(cfg *Config) error {
 	want := settings{Version: 1, Shards: cfg.Shards, ID: cfg.ID, Peers: cfg.peerStrings(), RaftLog: cfg.RaftLog}
+	if cfg.Join != nil {
+		want.Peers, want.Join = nil, cfg.Join.String()
+	}
 	path := filepath.Join(d.path, settingsFile)
-	raw, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		if want.Shards == 0 {
+	have, ok, err := peekSettings(d.path)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if want.Shards == 0 && cfg.Join == nil {
 			want.Shards = DefaultShards
 		}
 		if want.RaftLog == "" {
@@ -90,31 +123,28 @@ func (d *dataDir) reconcile(cfg *Config) error {
 		}
 		return writeFileSync(path, want)
 	}
-	if err != nil {
-		return fmt.Errorf("data dir %s: %w", d.path, err)
-	}
 	if cfg.Restore != "" {
 		return fmt.Errorf("data dir %s has a cluster already (%s); --restore starts a new one, in an empty data dir", d.path, settingsFile)
-	}
-	var have settings
-	if err := json.Unmarshal(raw, &have); err != nil {
-		return fmt.Errorf("data dir %s: %s is damaged: %v", d.path, settingsFile, err)
-	}
-	if have.RaftLog == "" {
-		have.RaftLog = RaftLogDragonboat
 	}
 	switch {
 	case want.RaftLog != "" && want.RaftLog != have.RaftLog:
 		return fmt.Errorf("data dir %s was created with --raft-log %s; refusing to start with --raft-log %s", d.path, have.RaftLog, want.RaftLog)
-	case want.Shards != 0 && want.Shards != have.Shards:
+	case want.Shards != 0 && have.Shards != 0 && want.Shards != have.Shards:
 		return fmt.Errorf("data dir %s was created with --shards %d; refusing to start with --shards %d", d.path, have.Shards, want.Shards)
-	case want.ID != have.ID:
-		return fmt.Errorf("data dir %s belongs to node --id %d; refusing to start as --id %d", d.path, have.ID, want.ID)
-	case !slices.Equal(want.Peers, have.Peers):
-		return fmt.Errorf("data dir %s was created with --peers %s; refusing to start with --peers %s", d.path, joinPeers(have.Peers), joinPeers(want.Peers))
 	}
 	cfg.Shards, cfg.RaftLog = have.Shards, have.RaftLog
 	return nil
+}
+
+// update changes the settings of a node that joined as it learns the
+// cluster's shard count and is promoted.
+func (d *dataDir) update(change func(*settings)) error {
+	have, _, err := peekSettings(d.path)
+	if err != nil {
+		return err
+	}
+	change(&have)
+	return writeFileSync(filepath.Join(d.path, settingsFile), have)
 }
 
 func (d *dataDir) close() {

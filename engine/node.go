@@ -98,7 +98,10 @@ type Node struct {
 	metrics    *nodeMetrics
 	adm        *admission // the limits, and the counts they bound
 	started    time.Time
-	backupMu   sync.Mutex // held while GET /backup streams (serveBackup)
+	backupMu   sync.Mutex    // held while GET /backup streams (serveBackup)
+	lastHeard  sync.Map      // member id -> *atomic.Int64, monoNow of its last Raft message (heard)
+	logdb      raftio.ILogDB // the NodeHost's log store when it is one of baton's (keptLogDB), else nil
+	freshStart bool          // this run bootstrapped an empty data dir from --peers (heard)
 
 	// Access control (serve.go).
 	secretHash        []byte   // hashSecret(Config.AuthSecret); nil: no H needed
@@ -108,10 +111,15 @@ type Node struct {
 	draining atomic.Bool         // stopping: hand leadership off, never pull it
 	failed   chan error          // why the node cannot go on (fail), buffered for the first
 	handOffs chan handOffRequest // applied hand-off requests for runHandOffs: a slot per shard (cluster.go)
-	stopOnce sync.Once
-	stopC    chan struct{}
-	loops    sync.WaitGroup // timer, proposer and snapshotter goroutines (and the others that stop with stopC)
-	watchers sync.WaitGroup // result watchers, which outlive Raft's close
+
+	// Membership (members.go, membership.go, join.go).
+	members    atomic.Pointer[directory] // the view: shard 1's applied directory, or the bootstrap one
+	dirChanged chan struct{}             // a slot: the view changed, for runMembership
+	changeMu   sync.Mutex                // held by the coordinator while it carries out a change
+	stopOnce   sync.Once
+	stopC      chan struct{}
+	loops      sync.WaitGroup // timer, proposer and snapshotter goroutines (and the others that stop with stopC)
+	watchers   sync.WaitGroup // result watchers, which outlive Raft's close
 }
 
 // Start opens the data dir, starts this node's replica of every shard and
@@ -134,32 +142,46 @@ func Start(cfg Config) (*Node, error) {
 		cfg.RaftTransport = DefaultRaftTransport
 	}
 	cfg.Limits = cfg.Limits.withDefaults()
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	me := cfg.Peers[cfg.ID-1]
-	cfg.TLSListen = cfg.tlsListen()
-	// Fail fast, before any state is touched, when a port is taken.
-	for _, a := range []string{me.ClientAddr, cfg.raftListen(), cfg.TLSListen} {
-		if a == "" {
-			continue
-		}
-		l, err := net.Listen("tcp", a)
-		if err != nil {
-			return nil, fmt.Errorf("cannot listen on %s: %w", a, unwrapSyscall(err))
-		}
-		l.Close()
-	}
-	if cfg.Restore != "" {
-		if err := checkRestore(&cfg); err != nil {
-			return nil, err
-		}
-	}
-	dir, err := openDataDir(&cfg)
+	existing, err := cfg.fromDataDir()
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, stopC: make(chan struct{}), failed: make(chan error, 1), started: time.Now(),
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg.TLSListen = cfg.tlsListen()
+	// A data dir that holds a node is locked first, so that a second
+	// batond on it is told so rather than that its ports are taken.
+	var dir *dataDir
+	if existing {
+		if dir, err = openDataDir(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if err := cfg.checkPorts(); err != nil {
+		if dir != nil {
+			dir.close()
+		}
+		return nil, err
+	}
+	if !existing {
+		// Checked before any state is touched, so that a refused first
+		// start leaves no data dir behind.
+		if cfg.Restore != "" {
+			if err := checkRestore(&cfg); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.Join == nil && len(cfg.Peers) > 1 {
+			if err := (&Node{cfg: cfg}).probePeers(); err != nil {
+				return nil, err
+			}
+		}
+		if dir, err = openDataDir(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, dir: dir, freshStart: !existing && cfg.Join == nil, stopC: make(chan struct{}), failed: make(chan error, 1), started: time.Now(),
 		secretHash: hashSecret(cfg.AuthSecret)}
 	n.tracing = n.log.Enabled(context.Background(), slog.LevelDebug)
 	n.adm = newAdmission(cfg.Limits, n.log)
@@ -185,53 +207,30 @@ func (n *Node) start() error {
 	if _, err := sm.StoredClusterVersion(n.db); err != nil {
 		return fmt.Errorf("data dir %s: %w", n.cfg.DataDir, err)
 	}
+	quietDragonboat(n.log)
+	if n.cfg.Join != nil && n.cfg.Shards == 0 {
+		if err := n.learnShards(); err != nil {
+			return err
+		}
+	}
 	for id := 1; id <= n.cfg.Shards; id++ {
 		n.shards = append(n.shards, newShard(n, uint64(id)))
 	}
 	n.handOffs = make(chan handOffRequest, len(n.shards))
+	n.dirChanged = make(chan struct{}, 1)
+	n.members.Store(n.bootstrapView())
 	n.registerGauges()
-	me := n.cfg.Peers[n.cfg.ID-1]
-	quietDragonboat(n.log)
-	nhc := config.NodeHostConfig{
-		NodeHostDir:       filepath.Join(n.cfg.DataDir, raftDir),
-		RTTMillisecond:    uint64(n.cfg.RTT / time.Millisecond),
-		RaftAddress:       me.RaftAddr,
-		ListenAddress:     n.cfg.raftListen(),
-		RaftEventListener: n,
-		EnableMetrics:     true, // dragonboat's series, in the library's default set (/metrics)
-		Expert:            raftStorageConfig(n.cfg.RaftLog, n.metrics.raftLogSaved),
-	}
-	if n.cfg.RaftTransport == RaftTransportBaton {
-		nhc.Expert.TransportFactory = &raftnet.Factory{Log: n.log}
-	}
-	if n.cfg.RaftTLS != nil {
-		n.cfg.RaftTLS.apply(&nhc)
-	}
-	n.nh, err = dragonboat.NewNodeHost(nhc)
+	me := n.cfg.self()
+	n.nh, err = newNodeHost(n.nodeHostConfig(true))
 	if err != nil {
 		return fmt.Errorf("start raft on %s: %w", n.cfg.raftListen(), err)
 	}
 	n.raft = n.nh
 	n.snapshots = n.nh
-	members := make(map[uint64]dragonboat.Target, len(n.cfg.Peers))
-	for i, p := range n.cfg.Peers {
-		members[uint64(i+1)] = p.RaftAddr
-	}
 	create := sm.Factory(n.db, n)
 	for _, s := range n.shards {
-		rc := config.Config{
-			ReplicaID:    n.cfg.ID,
-			ShardID:      s.id,
-			ElectionRTT:  electionTicks,
-			HeartbeatRTT: heartbeatTicks,
-			CheckQuorum:  true,
-			// A node cut off from the others must not disrupt them with ever
-			// higher terms when it comes back.
-			PreVote:            true,
-			SnapshotEntries:    n.cfg.SnapshotEntries,
-			CompactionOverhead: keptAfterSnapshot(n.cfg.SnapshotEntries),
-		}
-		if err := n.nh.StartOnDiskReplica(members, false, create, rc); err != nil {
+		members, join, learner := n.replicaStart(s.id)
+		if err := n.nh.StartOnDiskReplica(members, join, create, n.replicaConfig(s.id, learner)); err != nil {
 			return fmt.Errorf("start shard %d: %w", s.id, err)
 		}
 		n.sessions = append(n.sessions, n.nh.GetNoOPSession(s.id))
@@ -243,17 +242,14 @@ func (n *Node) start() error {
 		go func() { defer n.loops.Done(); n.runSnapshots(s) }()
 		n.watchers.Add(1)
 		go func() { defer n.watchers.Done(); n.watchResults(s) }()
-		if n.clustered() {
-			n.loops.Add(1)
-			go func() { defer n.loops.Done(); n.runReads(s) }()
-		}
+		// Even on a single node: members can be added while it runs.
+		n.loops.Add(1)
+		go func() { defer n.loops.Done(); n.runReads(s) }()
 	}
-	if n.clustered() {
-		n.loops.Add(2)
-		go func() { defer n.loops.Done(); n.runPriority() }()
-		go func() { defer n.loops.Done(); n.runHandOffs() }()
-	}
-	n.loops.Add(3)
+	n.loops.Add(6)
+	go func() { defer n.loops.Done(); n.runPriority() }()
+	go func() { defer n.loops.Done(); n.runHandOffs() }()
+	go func() { defer n.loops.Done(); n.runMembership() }()
 	go func() { defer n.loops.Done(); n.runVersion() }()
 	go func() { defer n.loops.Done(); n.adm.hits.run(n.stopC) }()
 	go func() { defer n.loops.Done(); n.adm.unsent.runSweeper(n.stopC) }()
@@ -274,12 +270,91 @@ func (n *Node) start() error {
 	return nil
 }
 
+// newNodeHost is dragonboat.NewNodeHost.
+var newNodeHost = dragonboat.NewNodeHost
+
+// nodeHostConfig is the configuration of the node's NodeHost; metrics
+// says whether it registers dragonboat's series (once per process: a
+// second registration of a name panics).
+func (n *Node) nodeHostConfig(metrics bool) config.NodeHostConfig {
+	nhc := config.NodeHostConfig{
+		NodeHostDir:       filepath.Join(n.cfg.DataDir, raftDir),
+		RTTMillisecond:    uint64(n.cfg.RTT / time.Millisecond),
+		RaftAddress:       n.cfg.self().RaftAddr,
+		ListenAddress:     n.cfg.raftListen(),
+		RaftEventListener: n,
+		EnableMetrics:     metrics, // dragonboat's series, in the library's default set (/metrics)
+		Expert:            raftStorageConfig(n.cfg.RaftLog, n.metrics.raftLogSaved),
+	}
+	if f := nhc.Expert.LogDBFactory; f != nil {
+		nhc.Expert.LogDBFactory = &keptLogDB{LogDBFactory: f, node: n}
+	}
+	if n.cfg.RaftTransport == RaftTransportBaton {
+		nhc.Expert.TransportFactory = &raftnet.Factory{Log: n.log, Heard: n.heard}
+	}
+	if n.cfg.RaftTLS != nil {
+		n.cfg.RaftTLS.apply(&nhc)
+	}
+	return nhc
+}
+
+// keptLogDB keeps the log store a NodeHost opens with a factory of
+// baton's (n.logdb), so that the node can read a shard's last snapshot
+// before it starts its replica (startsAsLearner).
+type keptLogDB struct {
+	config.LogDBFactory
+	node *Node
+}
+
+func (k *keptLogDB) Create(cfg config.NodeHostConfig, cb config.LogDBCallback, dirs, wals []string) (raftio.ILogDB, error) {
+	db, err := k.LogDBFactory.Create(cfg, cb, dirs, wals)
+	k.node.logdb = db
+	return db, err
+}
+
+// replicaConfig is the configuration of this node's replica of shard, a
+// learner's or a voter's.
+func (n *Node) replicaConfig(shard uint64, learner bool) config.Config {
+	return config.Config{
+		ReplicaID:    n.cfg.ID,
+		ShardID:      shard,
+		IsNonVoting:  learner,
+		ElectionRTT:  electionTicks,
+		HeartbeatRTT: heartbeatTicks,
+		CheckQuorum:  true,
+		// A node cut off from the others must not disrupt them with ever
+		// higher terms when it comes back.
+		PreVote: true,
+		// A membership change names the one it follows, so that two
+		// racing changes cannot both apply (membership.go).
+		OrderedConfigChange: true,
+		SnapshotEntries:     n.cfg.SnapshotEntries,
+		CompactionOverhead:  keptAfterSnapshot(n.cfg.SnapshotEntries),
+	}
+}
+
+// checkPorts fails fast, with one line, when a port the node is to bind
+// is taken.
+func (c *Config) checkPorts() error {
+	for _, a := range []string{c.self().ClientAddr, c.raftListen(), c.TLSListen} {
+		if a == "" {
+			continue
+		}
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("cannot listen on %s: %w", a, unwrapSyscall(err))
+		}
+		l.Close()
+	}
+	return nil
+}
+
 // logStarted logs the node's settings once, as it starts serving.
 func (n *Node) logStarted() {
-	me := n.cfg.Peers[n.cfg.ID-1]
+	me := n.cfg.self()
 	n.log.Info("batond started", "id", n.cfg.ID, "client", me.ClientAddr, "raft", me.RaftAddr,
 		"raft_listen", n.cfg.raftListen(), "data", n.cfg.DataDir, "shards", n.cfg.Shards,
-		"peers", joinPeers(n.cfg.peerStrings()), "rtt", n.cfg.RTT.String(), "snapshot_entries", n.cfg.SnapshotEntries, "snapshot_bytes", n.cfg.SnapshotBytes,
+		"members", n.view().list(), "rtt", n.cfg.RTT.String(), "snapshot_entries", n.cfg.SnapshotEntries, "snapshot_bytes", n.cfg.SnapshotBytes,
 		"raft_log", n.cfg.RaftLog, "raft_transport", n.cfg.RaftTransport, "limits", n.cfg.Limits,
 		"tls", n.cfg.TLSListen, "raft_tls", n.cfg.RaftTLS != nil, "auth", n.secretHash != nil)
 }
@@ -359,24 +434,23 @@ func (n *Node) completed(rs *dragonboat.RequestState) (ok, stopped bool) {
 }
 
 // ClientAddr is the address this node serves clients on.
-func (n *Node) ClientAddr() string { return n.cfg.Peers[n.cfg.ID-1].ClientAddr }
+func (n *Node) ClientAddr() string { return n.cfg.self().ClientAddr }
 
-// clientAddrOf is the client address of replica id, or "" if unknown.
+// clientAddrOf is the client address of member id, or "" if unknown.
 func (n *Node) clientAddrOf(id uint64) string {
-	if id < 1 || id > uint64(len(n.cfg.Peers)) {
-		return ""
-	}
-	return n.cfg.Peers[id-1].ClientAddr
+	m, _ := n.view().member(id)
+	return m.Client
 }
 
-// movedAddr is where MOVED sends a client of cs to reach replica id: its
-// TLS address when cs came over TLS and Config.TLSPeers names them, else its
+// movedAddr is where MOVED sends a client of cs to reach member id: its
+// TLS address when cs came over TLS and the member has one, else its
 // client address; "" if unknown.
 func (n *Node) movedAddr(cs *connState, id uint64) string {
-	if _, ok := cs.t.(*tlsConn); ok && n.cfg.TLSPeers != nil && id >= 1 && id <= uint64(len(n.cfg.TLSPeers)) {
-		return n.cfg.TLSPeers[id-1]
+	m, _ := n.view().member(id)
+	if _, ok := cs.t.(*tlsConn); ok && m.TLS != "" {
+		return m.TLS
 	}
-	return n.clientAddrOf(id)
+	return m.Client
 }
 
 // shardFor routes a key.
@@ -393,6 +467,9 @@ func (n *Node) Locker(shardID uint64) sync.Locker { return &n.shards[shardID-1].
 // Reset implements statemachine.Observer.
 func (n *Node) Reset(shardID uint64, t sm.Table) {
 	n.shards[shardID-1].reset(t)
+	if shardID == 1 {
+		n.loadDirectory(t)
+	}
 }
 
 // Applied implements statemachine.Observer.

@@ -35,6 +35,14 @@ func (s *shard) applyEntry(h sm.Header, cmds []sm.Command, results []sm.Result) 
 		s.levelApplied(h)
 		return
 	}
+	if h.Directory {
+		// A membership write (membership.go): its proposer waits for its
+		// outcome through Raft, not through a batch's requests.
+		if s.id == 1 {
+			s.node.loadDirectory(s.table)
+		}
+		return
+	}
 	var p *proposal
 	if h.Proposer == s.node.proposerID {
 		p = s.match(h.Seq)

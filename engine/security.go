@@ -95,14 +95,14 @@ func (c *Config) validateSecurity() error {
 		}
 	}
 	if c.RaftTLS != nil {
-		return c.RaftTLS.check(c.Peers[c.ID-1].RaftAddr)
+		return c.RaftTLS.check(c.self().RaftAddr)
 	}
 	return nil
 }
 
 // tlsListen is the address the TLS client listener binds, "" for none.
 func (c *Config) tlsListen() string {
-	if c.TLSListen == "" && c.TLSPeers != nil {
+	if c.TLSListen == "" && c.TLSPeers != nil && c.Join == nil && c.ID <= uint64(len(c.TLSPeers)) {
 		return c.TLSPeers[c.ID-1]
 	}
 	return c.TLSListen

@@ -113,6 +113,14 @@ func (n *Node) serveLine(cs *connState, line []byte, req *codec.Request, now int
 		n.badRequest(cs, req, err)
 		return true
 	}
+	switch req.Op {
+	case codec.OpCluster:
+		n.serveCluster(cs)
+		return true
+	case codec.OpMember:
+		n.serveMember(cs, req)
+		return true
+	}
 	s := n.shardFor(req.Key)
 	listed := cs.listed
 	if s.handle(cs, req, now) {

@@ -29,7 +29,7 @@ func (n *Node) problems() []string {
 
 // status is the document /status serves.
 func (n *Node) status() status.Node {
-	me := n.cfg.Peers[n.cfg.ID-1]
+	me := n.cfg.self()
 	b := buildInfo()
 	doc := status.Node{
 		ID: n.cfg.ID, Version: b.version, Revision: b.revision, Modified: b.modified, GoVersion: runtime.Version(),
@@ -39,9 +39,9 @@ func (n *Node) status() status.Node {
 		Problems: n.problems(),
 	}
 	doc.Healthy = len(doc.Problems) == 0
-	for i, p := range n.cfg.Peers {
-		id := uint64(i + 1)
-		doc.Peers = append(doc.Peers, status.Peer{ID: id, ClientAddr: p.ClientAddr, RaftAddr: p.RaftAddr, Self: id == n.cfg.ID, Leads: []uint64{}})
+	members := n.view().Members
+	for _, m := range members {
+		doc.Peers = append(doc.Peers, status.Peer{ID: m.ID, ClientAddr: m.Client, RaftAddr: m.Raft, Role: m.Role, Self: m.ID == n.cfg.ID, Leads: []uint64{}})
 	}
 	for _, s := range n.shards {
 		ss := status.Shard{
@@ -51,9 +51,10 @@ func (n *Node) status() status.Node {
 		if ss.LeaderID == n.cfg.ID {
 			ss.Role = status.RoleLeader
 		}
-		if ss.LeaderID >= 1 && ss.LeaderID <= uint64(len(doc.Peers)) {
-			p := &doc.Peers[ss.LeaderID-1]
-			p.Leads = append(p.Leads, s.id)
+		for i := range doc.Peers {
+			if p := &doc.Peers[i]; p.ID == ss.LeaderID {
+				p.Leads = append(p.Leads, s.id)
+			}
 		}
 		s.mu.Lock()
 		ss.Serving, ss.InflightProposals = s.serving, len(s.inflight)

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func TestClusterVersionRaisedAndTooOld(t *testing.T) {
 	}
 	select {
 	case err := <-n.Failed():
-		if !errors.Is(err, sm.ErrTooOld) || !strings.Contains(err.Error(), "cluster version 3") {
+		if !errors.Is(err, sm.ErrTooOld) || !strings.Contains(err.Error(), fmt.Sprintf("cluster version %d", sm.FeatureLevel+1)) {
 			t.Fatalf("failed with %q, want ErrTooOld naming the version", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -91,7 +92,7 @@ func TestClusterVersionRaisedAndTooOld(t *testing.T) {
 		t.Fatal("a node started on a data dir raised above its build")
 	}
 	if !errors.Is(err, sm.ErrTooOld) || strings.Contains(err.Error(), "\n") ||
-		!strings.Contains(err.Error(), "shard 2 is at cluster version 3") {
-		t.Fatalf("start refused with %q, want one line naming shard 2 and version 3", err)
+		!strings.Contains(err.Error(), fmt.Sprintf("shard 2 is at cluster version %d", sm.FeatureLevel+1)) {
+		t.Fatalf("start refused with %q, want one line naming shard 2 and version %d", err, sm.FeatureLevel+1)
 	}
 }

@@ -51,6 +51,8 @@ type Peer struct {
 	ID         uint64 `json:"id"`
 	ClientAddr string `json:"client_addr"`
 	RaftAddr   string `json:"raft_addr"`
+	// Role is "voter" or "learner" (protocol 1.3).
+	Role string `json:"role"`
 	// Self marks the node that serves the document.
 	Self bool `json:"self,omitempty"`
 	// Leads lists the shards this peer leads, as this node knows it.

@@ -1153,8 +1153,10 @@ func TestDataDirLocked(t *testing.T) {
 	do(t, c, fmt.Sprintf("R locked/k %d", tok), "R locked/k OK")
 }
 
-// TestSettingsFixed: --shards and --peers are fixed when the data dir is
-// created; a start with other values is refused, and does no harm.
+// TestSettingsFixed: --shards is fixed when the data dir is created; a
+// start with another value is refused, and does no harm. --peers only
+// bootstraps (protocol 1.3): another one at a restart is ignored, with a
+// warning, and the node restarts on its data dir's addresses.
 func TestSettingsFixed(t *testing.T) {
 	t.Parallel()
 	n := startNode(t)
@@ -1169,7 +1171,6 @@ func TestSettingsFixed(t *testing.T) {
 		change func(string) string
 	}{
 		{"--shards", func(string) string { return "8" }},
-		{"--peers", func(v string) string { return v + ",127.0.0.1:1/127.0.0.1:2" }},
 	} {
 		args := append([]string(nil), n.Args...)
 		for i := range args {
@@ -1181,9 +1182,21 @@ func TestSettingsFixed(t *testing.T) {
 		expectRefusal(t, res, strings.TrimPrefix(tc.flag, "--"))
 	}
 
-	// The refused starts did not damage the data dir.
+	// The refused starts did not damage the data dir; another --peers is
+	// ignored.
+	args := n.Args
+	for i := range n.Args {
+		if n.Args[i] == "--peers" {
+			n.Args = slices.Clone(args)
+			n.Args[i+1] += ",127.0.0.1:1/127.0.0.1:2"
+		}
+	}
 	n.Restart()
+	if !strings.Contains(n.Log(), "--peers differs from the data dir's and is ignored") {
+		t.Errorf("a restart with another --peers did not warn that it ignores it")
+	}
 	queryHeld(t, harness.Dial(t, n.ClientAddr), "shards/k", tok)
+	n.Args = args
 }
 
 // TestRaftLogKept: a data dir keeps the Raft log store it was created

@@ -43,12 +43,24 @@ Raft on 127.0.0.1:7701, data in ./baton-data.
 A cluster: start every node with the same --peers, each with its own --id:
   batond --id 2 --data DIR \
     --peers 127.0.0.1:7701/127.0.0.1:7700,127.0.0.1:7711/127.0.0.1:7710,127.0.0.1:7721/127.0.0.1:7720
+From then on the membership is the cluster's (baton member list): a node
+restarts with --id and --data alone, and --peers given again is ignored.
+A new member (baton member add RAFT_ADDR/CLIENT_ADDR prints its id):
+  batond --id N --join RAFT_ADDR/CLIENT_ADDR --data EMPTY_DIR
 
 Flags:
-  --id N          this node's 1-based position in --peers (default 1)
+  --id N          this node's member id: its 1-based position in --peers
+                  at the cluster's first start, or the id baton member add
+                  gave it (default 1)
   --peers LIST    every node as RAFT_ADDR/CLIENT_ADDR, comma-separated, in
-                  leadership priority order: the first live one leads
-                  (default 127.0.0.1:7701/127.0.0.1:7700)
+                  leadership priority order: the first live one leads.
+                  Used at a cluster's first start only (default
+                  127.0.0.1:7701/127.0.0.1:7700)
+  --join RAFT_ADDR/CLIENT_ADDR
+                  start as a new member of a running cluster, on these
+                  addresses (those given to baton member add), with an
+                  empty --data: the cluster's leader reaches it, it
+                  catches up as a learner and is promoted to voter
   --data DIR      where the node keeps its Raft log and lock table; restart
                   with the same DIR to resume (default ./baton-data)
   --shards N      number of Raft groups keys are spread over, fixed when the
@@ -170,6 +182,7 @@ SIGINT or SIGTERM stops the node gracefully and exits 0.
 type options struct {
 	id            uint64
 	peers         string
+	join          string
 	data          string
 	shards        int
 	http          string
@@ -234,11 +247,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "batond: %v\n", err)
 		return exitBadUsage
 	}
-	slog.SetDefault(log) // and the log package's lines (pebble's) with it
-	peers, err := engine.ParsePeers(opts.peers)
-	if err != nil {
-		fmt.Fprintf(stderr, "batond: --peers: %v\n", err)
-		return exitBadUsage
+	slog.SetDefault(log)    // and the log package's lines (pebble's) with it
+	var peers []engine.Peer // nil: the data dir's, or the default (engine.Config.Peers)
+	if opts.peers != "" {
+		if peers, err = engine.ParsePeers(opts.peers); err != nil {
+			fmt.Fprintf(stderr, "batond: --peers: %v\n", err)
+			return exitBadUsage
+		}
+	}
+	var join *engine.Peer
+	if opts.join != "" {
+		p, err := engine.ParsePeers(opts.join)
+		if err != nil || len(p) != 1 {
+			fmt.Fprintf(stderr, "batond: --join %s: want this node's RAFT_ADDR/CLIENT_ADDR\n", opts.join)
+			return exitBadUsage
+		}
+		join = &p[0]
 	}
 
 	// Bind the HTTP port first so that a taken port fails before the node
@@ -251,7 +275,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	cfg := engine.Config{
-		ID: opts.id, Peers: peers, RaftListen: opts.raftListen, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt,
+		ID: opts.id, Peers: peers, Join: join, RaftListen: opts.raftListen, DataDir: opts.data, Shards: opts.shards, RTT: opts.rtt,
 		SnapshotEntries: opts.snapEvery, SnapshotBytes: opts.snapBytes, RaftLog: opts.raftLog, RaftTransport: opts.raftTransport, Restore: opts.restore, Limits: opts.limits, Logger: log,
 	}
 	if err := opts.security(&cfg); err != nil {
@@ -307,7 +331,8 @@ func parseFlags(args []string) (options, error) {
 	fs := flag.NewFlagSet("batond", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported in one line by run
 	fs.Uint64Var(&o.id, "id", 1, "")
-	fs.StringVar(&o.peers, "peers", engine.DefaultRaftAddr+"/"+engine.DefaultClientAddr, "")
+	fs.StringVar(&o.peers, "peers", "", "")
+	fs.StringVar(&o.join, "join", "", "")
 	fs.StringVar(&o.data, "data", engine.DefaultDataDir, "")
 	fs.IntVar(&o.shards, "shards", 0, "")
 	fs.StringVar(&o.http, "http", "", "")

@@ -18,12 +18,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/baton-dev/baton/codec"
+	sm "github.com/baton-dev/baton/statemachine"
 	"github.com/baton-dev/baton/tools/chaos"
 	"github.com/baton-dev/baton/tools/harness"
 )
@@ -176,43 +176,8 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 	}
 
-	stop := make(chan struct{})
-	var cycles atomic.Int64
-	workers := make([]*upgradeClient, upgradeWorkers)
-	var wg sync.WaitGroup
-	for i := range workers {
-		w := newUpgradeClient(i+1, addrs, rec)
-		for j := range upgradeKeysPerWorker {
-			w.keys = append(w.keys, keyOfShard(t, fmt.Sprintf("up/w%d/%d/", w.id, j), uint64(j%upgradeShards+1), upgradeShards))
-		}
-		workers[i] = w
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			w.cycle(stop, &cycles)
-		}()
-	}
-	var stopOnce sync.Once
-	stopLoad := func() {
-		stopOnce.Do(func() {
-			close(stop)
-			wg.Wait()
-		})
-	}
-	// Should the test fail half way, the workers stop before the nodes
-	// are killed (cleanups run last-registered first).
-	t.Cleanup(stopLoad)
-	progress := func(phase string) {
-		t.Helper()
-		from := cycles.Load()
-		deadline := time.Now().Add(20 * time.Second)
-		for cycles.Load() < from+progressCycles {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d cycles of the load in 20 s, want %d", phase, cycles.Load()-from, progressCycles)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	load := startLoad(t, addrs, rec, upgradeWorkers, workerKeys(t, "up", upgradeKeysPerWorker, upgradeShards))
+	progress := func(phase string) { t.Helper(); load.progress(t, phase) }
 	mark("load started: %d workers, %d keys each", upgradeWorkers, upgradeKeysPerWorker)
 	progress("old build")
 
@@ -261,17 +226,17 @@ func TestRollingUpgrade(t *testing.T) {
 	var last string
 	at2 := false
 	for !at2 && time.Since(versionStart) < versionWithin {
-		at2, last = allAtVersion(nodes, 2)
+		at2, last = allAtVersion(nodes, newLevel)
 		if !at2 {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	if at2 {
-		mark("every node reports cluster_version 2 (%v after the last upgrade)", time.Since(versionStart).Round(time.Millisecond))
+		mark("every node reports cluster_version %d (%v after the last upgrade)", newLevel, time.Since(versionStart).Round(time.Millisecond))
 		extendHeld("cluster version 2")
 		progress("cluster version 2")
 	} else {
-		t.Errorf("every node runs the new build, and %v later not every node reports feature_level 2 and cluster_version 2: %s", versionWithin, last)
+		t.Errorf("every node runs the new build, and %v later not every node reports feature_level %d and cluster_version %d: %s", versionWithin, newLevel, newLevel, last)
 	}
 
 	// The new format cannot be read by the old build: a node downgraded
@@ -318,11 +283,11 @@ func TestRollingUpgrade(t *testing.T) {
 		deadline := time.Now().Add(versionWithin)
 		for {
 			st, err := readUpgradeStatus(n3)
-			if err == nil && st.ClusterVersion != nil && *st.ClusterVersion == 2 {
+			if err == nil && st.ClusterVersion != nil && *st.ClusterVersion == newLevel {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Errorf("node 3, back on the new build, reports %v (%v) %v after it served; want cluster_version 2", st, err, versionWithin)
+				t.Errorf("node 3, back on the new build, reports %v (%v) %v after it served; want cluster_version %d", st, err, versionWithin, newLevel)
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -331,59 +296,16 @@ func TestRollingUpgrade(t *testing.T) {
 		progress("after the refused downgrade")
 	}
 
-	stopLoad()
-	mark("load stopped after %d cycles", cycles.Load())
-	for _, w := range workers {
-		w.finalQueries()
-	}
+	load.stopLoad()
+	mark("load stopped after %d cycles", load.cycles.Load())
 	for _, k := range heldKeys {
 		f, _, err := ctl.roundTrip("Q " + k)
 		if err != nil || len(f) < 6 || f[2] != "HELD" || f[3] != strconv.FormatUint(held[k], 10) || f[5] != "owner-"+k {
 			t.Errorf("%s, granted by the old build with token %d to owner-%s and extended since: Q answers %v (%v)", k, held[k], k, f, err)
 		}
 	}
-	rec.Finish()
-	for _, w := range append([]*upgradeClient{ctl}, workers...) {
-		w.close()
-		for _, f := range w.findings {
-			t.Errorf("client %d: %s", w.id, f)
-		}
-	}
-
-	// The wire history of every connection, through tools/chaos's
-	// checkers: one answer per request, none late, tokens increasing per
-	// key, and each key's history linearizable against the lock model
-	// (an acknowledged change lost shows there: a K or R of a grant
-	// NOTHELD, a Q that shows an older state).
-	history := rec.History()
-	var moved, unavailable, unanswered int
-	for i := range history {
-		switch o := &history[i]; {
-		case !o.Answered:
-			unanswered++
-		case o.Status == codec.StatusMoved:
-			moved++
-		case o.Status == codec.StatusErr:
-			unavailable++
-		}
-	}
-	t.Logf("%d wire requests: %d answered MOVED, %d ERR, %d unanswered (their connection died, a node having stopped)", len(history), moved, unavailable, unanswered)
-	checkStart := time.Now()
-	outDir, err := os.MkdirTemp("", "upgrade-check-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := chaos.Check(history, rec.Problems(), chaos.CheckConfig{AnswerBound: chaos.AnswerBound, OutDir: outDir, Timeout: time.Minute})
-	t.Logf("checkers: %d ops over %d keys in %v", rep.Ops, len(rep.ByKey), time.Since(checkStart).Round(time.Millisecond))
-	for _, v := range rep.Violations {
-		t.Errorf("checker: %s", v)
-	}
-	if rep.Visualization != "" {
-		t.Errorf("porcupine's visualization: %s", rep.Visualization)
-	}
-	if rep.OK() {
-		os.RemoveAll(outDir)
-	}
+	history := load.check(t, ctl)
+	workers := load.workers
 
 	// The longest time a client of the load waited for service: from a
 	// request to the answer that served it (a grant, a release, an extend,
@@ -425,7 +347,7 @@ func TestRollingUpgrade(t *testing.T) {
 			opsDuring(history, rec.ConnAddrs(), nodes, worst))
 	}
 	t.Logf("timings: build of the old batond (before the test proper) %v; the upgrade of 3 nodes %v; the test without the build %v; %d cycles, %d wire requests",
-		buildTook.Round(time.Millisecond), upgraded.Round(time.Millisecond), time.Since(testStart).Round(time.Millisecond), cycles.Load(), len(history))
+		buildTook.Round(time.Millisecond), upgraded.Round(time.Millisecond), time.Since(testStart).Round(time.Millisecond), load.cycles.Load(), len(history))
 }
 
 // buildOldBatond builds batond of commit upgradeFrom, extracted with git
@@ -562,6 +484,11 @@ func readUpgradeStatus(n *harness.Node) (upgradeStatus, error) {
 
 // expectVersion checks that every node of upgraded, all on the new build,
 // reports feature_level 2 and cluster_version want.
+// newLevel is the feature level of the build under test: the cluster
+// version a cluster of it agrees on (the build it is upgraded from, at
+// 52576db, is level 1).
+const newLevel = sm.FeatureLevel
+
 func expectVersion(t *testing.T, phase string, upgraded []*harness.Node, want int) {
 	t.Helper()
 	for _, n := range upgraded {
@@ -569,8 +496,8 @@ func expectVersion(t *testing.T, phase string, upgraded []*harness.Node, want in
 		switch {
 		case err != nil:
 			t.Errorf("%s: node %d: %v", phase, n.ID, err)
-		case st.FeatureLevel == nil || *st.FeatureLevel != 2 || st.ClusterVersion == nil || *st.ClusterVersion != want:
-			t.Errorf("%s: node %d (new build) reports %v; want feature_level 2, cluster_version %d", phase, n.ID, st, want)
+		case st.FeatureLevel == nil || *st.FeatureLevel != newLevel || st.ClusterVersion == nil || *st.ClusterVersion != want:
+			t.Errorf("%s: node %d (new build) reports %v; want feature_level %d, cluster_version %d", phase, n.ID, st, newLevel, want)
 		}
 	}
 }
@@ -587,7 +514,7 @@ func allAtVersion(nodes []*harness.Node, v int) (bool, string) {
 			got = append(got, fmt.Sprintf("node %d: %v", n.ID, err))
 			continue
 		}
-		ok = ok && st.FeatureLevel != nil && *st.FeatureLevel == 2 && st.ClusterVersion != nil && *st.ClusterVersion == v
+		ok = ok && st.FeatureLevel != nil && *st.FeatureLevel == newLevel && st.ClusterVersion != nil && *st.ClusterVersion == v
 		got = append(got, fmt.Sprintf("node %d: %v", n.ID, st))
 	}
 	return ok, strings.Join(got, "; ")

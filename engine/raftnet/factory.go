@@ -7,6 +7,7 @@ import (
 
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
+	pb "github.com/lni/dragonboat/v4/raftpb"
 )
 
 // Factory creates the transport of a NodeHost; it implements
@@ -15,6 +16,10 @@ import (
 type Factory struct {
 	// Log receives the transport's warnings; nil means slog.Default().
 	Log *slog.Logger
+	// Heard, when set, is told the sender's replica id of every message
+	// batch received (once per sender in a batch): whom this node hears
+	// from, for the engine's liveness check before a member is removed.
+	Heard func(replicaID uint64)
 }
 
 var _ config.TransportFactory = (*Factory)(nil)
@@ -25,6 +30,19 @@ func (f *Factory) Create(cfg config.NodeHostConfig, onBatch raftio.MessageHandle
 	log := f.Log
 	if log == nil {
 		log = slog.Default()
+	}
+	if heard := f.Heard; heard != nil {
+		next := onBatch
+		onBatch = func(b pb.MessageBatch) {
+			var last uint64
+			for i := range b.Requests {
+				if from := b.Requests[i].From; from != last {
+					heard(from)
+					last = from
+				}
+			}
+			next(b)
+		}
 	}
 	return &Transport{cfg: cfg, onBatch: onBatch, onChunk: onChunk, log: log}
 }

@@ -361,6 +361,11 @@ func (n *Node) Start() {
 	}
 }
 
+// AllowMoved makes the readiness probe take MOVED as ready: for a node of
+// NewNode that is a member of a cluster it does not lead (a node that
+// joins, say).
+func (n *Node) AllowMoved() { n.allowMoved = true }
+
 // SetBin makes the node's next starts run bin instead of the batond it
 // ran so far, with the same flags and data directory: a rolling upgrade
 // (or a downgrade) of one node. It does not touch a running process.
