@@ -30,6 +30,10 @@ const (
 	// cluster version is raised about a second after the election, and
 	// the directory written half a second later.
 	seededWithin = 20 * time.Second
+	// liveWindow is how recently the coordinator must have heard from a
+	// voter for it to count as live (engine's liveWithin), and a little
+	// more.
+	liveWindow = 5500 * time.Millisecond
 )
 
 // member runs "M - <args>" on a connection to addr, following MOVED
@@ -157,6 +161,18 @@ func TestMembershipReplaceEveryNode(t *testing.T) {
 	load := startLoad(t, addrs, rec, 6, workerKeys(t, "mem", membershipShards, membershipShards))
 	load.progress(t, "3 voters")
 
+	// A remove that would leave the voters without a live majority: node 3
+	// is down (and the leader has not heard from it for 5 s), so removing
+	// node 2 would leave 1 and 3, one of them live. Refused, nothing
+	// changed; the cluster serves on.
+	nodes[2].Kill()
+	time.Sleep(liveWindow) // the leader's liveness window, which the check counts in
+	if f := member(t, nodes[0].ClientAddr, "REMOVE 2"); f[0] != "ERR" || f[1] != "refused" || !strings.Contains(strings.Join(f, " "), "live majority") {
+		t.Errorf("remove of node 2 while node 3 is down: %v; want refused for want of a live majority", f)
+	}
+	nodes[2].Start()
+	load.progress(t, "node 3 back")
+
 	live := func() *harness.Node {
 		for _, n := range append(slices.Clone(nodes), replacements...) {
 			if n.Running() {
@@ -185,6 +201,18 @@ func TestMembershipReplaceEveryNode(t *testing.T) {
 		})
 		t.Logf("member %d joined and was promoted in %v", id, time.Since(start).Round(time.Millisecond))
 		load.progress(t, fmt.Sprintf("member %d a voter", id))
+		if i == 1 {
+			// A member that joined restarts with --id and --data alone,
+			// after its promotion: as a voter again (it must not start as
+			// the learner it joined as: lni/dragonboat#373).
+			nw.Kill()
+			nw.Args = []string{"--id", strconv.FormatUint(id, 10), "--data", nw.DataDir}
+			nw.Start()
+			load.progress(t, fmt.Sprintf("member %d restarted", id))
+			if role := listMembers(t, nw.ClientAddr)[id]; role != "voter" {
+				t.Errorf("member %d after its restart: %q, want voter", id, role)
+			}
+		}
 
 		if i == 0 {
 			// A node whose data dir was lost comes back under its id, with

@@ -211,6 +211,13 @@ func TestRollingUpgrade(t *testing.T) {
 		if n == nodes[0] {
 			back := waitLeads(t, nodes, nodes[0], 20*time.Second)
 			mark("node 1 leads again (%v after it served)", back.Round(time.Millisecond))
+			// Membership needs every member on a build of level 3: node 1
+			// coordinates (it leads shard 1) and refuses, saying why.
+			c := harness.Dial(t, nodes[0].ClientAddr)
+			if got := c.Do(t, "M - ADD 127.0.0.1:1/127.0.0.1:2"); !strings.HasPrefix(got, "M - ERR refused the cluster version is 1") {
+				t.Errorf("a membership change with nodes of the old build: %q; want refused for the cluster version", got)
+			}
+			c.Close()
 		}
 		phase := fmt.Sprintf("nodes 1-%d on the new build", n.ID)
 		extendHeld(phase)
@@ -233,8 +240,8 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	if at2 {
 		mark("every node reports cluster_version %d (%v after the last upgrade)", newLevel, time.Since(versionStart).Round(time.Millisecond))
-		extendHeld("cluster version 2")
-		progress("cluster version 2")
+		extendHeld("the new cluster version")
+		progress("the new cluster version")
 	} else {
 		t.Errorf("every node runs the new build, and %v later not every node reports feature_level %d and cluster_version %d: %s", versionWithin, newLevel, newLevel, last)
 	}
