@@ -290,15 +290,8 @@ func (n *Node) memberChange(cs *connState, verb string, args []string) *codec.Re
 		return refuse("a membership change is under way: retry once it is done")
 	}
 	defer n.changeMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), changeTimeout)
+	ctx, cancel := n.changeContext()
 	defer cancel()
-	go func() {
-		select {
-		case <-n.stopC:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	d := n.view()
 	switch {
 	case d.version == 0:
@@ -382,6 +375,20 @@ func (c *change) is(d *directory, verb string, args []string) bool {
 		return args[0] == addrs
 	}
 	return false
+}
+
+// changeContext bounds one membership change by changeTimeout and the
+// node's stop.
+func (n *Node) changeContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), changeTimeout)
+	go func() {
+		select {
+		case <-n.stopC:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // badArgs is an M whose arguments are malformed (ERR badrequest), as
@@ -695,15 +702,8 @@ func (n *Node) coordinate(d *directory) {
 		return
 	}
 	defer n.changeMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), changeTimeout)
+	ctx, cancel := n.changeContext()
 	defer cancel()
-	go func() {
-		select {
-		case <-n.stopC:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	switch {
 	case d.version == 0:
 		seed := n.bootstrapView()
