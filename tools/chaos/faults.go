@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,23 +42,66 @@ const (
 	// StopLeader: stop the leader gracefully (SIGTERM: it hands its shards
 	// over and exits 0), and start it again after Hold.
 	StopLeader FaultKind = "stop-leader"
+	// ReplaceMember: replace a member, the leader or not (Pick), by a new
+	// node under a new id (membership.go). Either the machine is rebuilt
+	// in place: the member is removed (M - REMOVE), killed and its data
+	// dir wiped, and after Hold its addresses are added again (M - ADD,
+	// a new id) and a node joins there with an empty data dir; or a new
+	// machine takes over: a node at new addresses is added and joins,
+	// the old member is removed once the new one is a voter, and killed
+	// Hold later if it has not exited by itself. Over when the new member
+	// is a voter and the old one is gone.
+	ReplaceMember FaultKind = "replace-member"
+	// AddRemoveMember: add a member at new addresses (a fourth to three,
+	// a sixth to five), which joins and is promoted, keep it a voter for
+	// Hold, then remove it. Over when it is gone.
+	AddRemoveMember FaultKind = "add-remove-member"
 )
 
-// faultMix is how often each kind is drawn, and how long it lasts.
-var faultMix = []struct {
+// faultMix is how often each kind is drawn, and how long it lasts. The
+// membership kinds come last and are drawn only in a run that has them
+// (Config.NoMembership), so that without them a seed draws the schedule it
+// drew before they existed.
+var faultMix = []faultSpec{
+	{KillLeader, 3, 1 * time.Second, 3 * time.Second, false},
+	{KillFollower, 2, 1 * time.Second, 3 * time.Second, false},
+	{PauseLeader, 3, 1500 * time.Millisecond, 3 * time.Second, false},
+	{IsolateLeader, 2, 1 * time.Second, 3 * time.Second, false},
+	{IsolateFollower, 1, 1 * time.Second, 3 * time.Second, false},
+	{CutFromLeader, 1, 1 * time.Second, 3 * time.Second, false},
+	{CutToLeader, 1, 1 * time.Second, 3 * time.Second, false},
+	{RestartAll, 1, 500 * time.Millisecond, 2 * time.Second, false},
+	{StopLeader, 2, 1 * time.Second, 3 * time.Second, false},
+	{ReplaceMember, 3, 1 * time.Second, 3 * time.Second, true},
+	{AddRemoveMember, 2, 1 * time.Second, 3 * time.Second, true},
+}
+
+// faultSpec is one kind of faultMix.
+type faultSpec struct {
 	kind     FaultKind
 	weight   int
 	min, max time.Duration // Hold
-}{
-	{KillLeader, 3, 1 * time.Second, 3 * time.Second},
-	{KillFollower, 2, 1 * time.Second, 3 * time.Second},
-	{PauseLeader, 3, 1500 * time.Millisecond, 3 * time.Second},
-	{IsolateLeader, 2, 1 * time.Second, 3 * time.Second},
-	{IsolateFollower, 1, 1 * time.Second, 3 * time.Second},
-	{CutFromLeader, 1, 1 * time.Second, 3 * time.Second},
-	{CutToLeader, 1, 1 * time.Second, 3 * time.Second},
-	{RestartAll, 1, 500 * time.Millisecond, 2 * time.Second},
-	{StopLeader, 2, 1 * time.Second, 3 * time.Second},
+	member   bool          // a membership fault
+}
+
+// isMembership reports whether k is a membership fault.
+func isMembership(k FaultKind) bool {
+	for _, m := range faultMix {
+		if m.kind == k {
+			return m.member
+		}
+	}
+	return false
+}
+
+// faultCost is what a fault of kind k is guessed to add to its pause and
+// hold: a restart, or a membership change's requests, a join and a
+// promotion.
+func faultCost(k FaultKind) time.Duration {
+	if isMembership(k) {
+		return memberCost
+	}
+	return restartCost
 }
 
 // Pauses between two faults: the cluster gets to recover, so that a quorum
@@ -89,10 +133,15 @@ func (f Fault) String() string {
 }
 
 // DrawSchedule draws, from rng alone, the faults of a run of duration d:
-// one fault at a time, each after a pause of minGap to maxGap.
-func DrawSchedule(rng *rand.Rand, d time.Duration) []Fault {
+// one fault at a time, each after a pause of minGap to maxGap. membership
+// says whether the membership kinds are drawn too.
+func DrawSchedule(rng *rand.Rand, d time.Duration, membership bool) []Fault {
+	mix := faultMix
+	if !membership {
+		mix = slices.DeleteFunc(slices.Clone(faultMix), func(m faultSpec) bool { return m.member })
+	}
 	total := 0
-	for _, m := range faultMix {
+	for _, m := range mix {
 		total += m.weight
 	}
 	var s []Fault
@@ -100,11 +149,11 @@ func DrawSchedule(rng *rand.Rand, d time.Duration) []Fault {
 	for len(s) < maxFaults && planned < d {
 		n := rng.IntN(total)
 		i := 0
-		for n >= faultMix[i].weight {
-			n -= faultMix[i].weight
+		for n >= mix[i].weight {
+			n -= mix[i].weight
 			i++
 		}
-		m := faultMix[i]
+		m := mix[i]
 		f := Fault{
 			Kind:   m.kind,
 			Before: randDuration(rng, minGap, maxGap),
@@ -112,7 +161,7 @@ func DrawSchedule(rng *rand.Rand, d time.Duration) []Fault {
 			Pick:   rng.IntN(1 << 16),
 		}
 		s = append(s, f)
-		planned += f.Before + f.Hold + restartCost
+		planned += f.Before + f.Hold + faultCost(f.Kind)
 	}
 	return s
 }
@@ -144,6 +193,29 @@ type injector struct {
 	// exits are nodes that stopped by themselves, or did not stop as they
 	// should: one line each, for the node-exit checker.
 	exits []string
+
+	// For the membership faults (membership.go): how a node that joins
+	// is started; every node the run started, removed ones included;
+	// which node had which client address from when on; the Links label
+	// of each node that is not its id, and the next free one; and the
+	// faults that could not be carried out, for the membership checker.
+	join           joinSpec
+	all            []*harness.Node
+	owners         []addrOwner
+	label          map[*harness.Node]int
+	nextLabel      int
+	memberFailures []string
+}
+
+// newInjector returns an injector of the cluster nodes, whose nodes that
+// join are started as join says.
+func newInjector(t *testing.T, nodes []*harness.Node, links *harness.Links, keys []string, clock func() time.Duration, join joinSpec) *injector {
+	in := &injector{t: t, nodes: slices.Clone(nodes), links: links, keys: keys, clock: clock,
+		join: join, all: slices.Clone(nodes), label: make(map[*harness.Node]int), nextLabel: firstJoinLabel}
+	for _, n := range nodes {
+		in.owners = append(in.owners, addrOwner{addr: n.ClientAddr, id: n.ID})
+	}
+	return in
 }
 
 // inject runs one fault to its end and returns what it did.
@@ -176,7 +248,7 @@ func (in *injector) inject(f Fault) FaultRecord {
 		}
 		r.Target = nodeName(n)
 		r.Start = in.clock()
-		in.links.Isolate(n.ID)
+		in.links.Isolate(in.linkOf(n))
 		time.Sleep(f.Hold)
 		in.links.Heal()
 	case CutFromLeader, CutToLeader:
@@ -186,7 +258,7 @@ func (in *injector) inject(f Fault) FaultRecord {
 		}
 		r.Target = nodeName(from) + " -> " + nodeName(to)
 		r.Start = in.clock()
-		in.links.Cut(from.ID, to.ID)
+		in.links.Cut(in.linkOf(from), in.linkOf(to))
 		time.Sleep(f.Hold)
 		in.links.Heal()
 	case RestartAll:
@@ -205,6 +277,10 @@ func (in *injector) inject(f Fault) FaultRecord {
 		}
 		time.Sleep(f.Hold)
 		leader.Start()
+	case ReplaceMember:
+		in.replaceMember(&r)
+	case AddRemoveMember:
+		in.addRemoveMember(&r)
 	default:
 		in.t.Fatalf("chaos: unknown fault kind %q", f.Kind)
 	}

@@ -14,7 +14,7 @@ import (
 // its bounds, and uses every kind.
 func TestDrawSchedule(t *testing.T) {
 	draw := func(seed uint64, d time.Duration) []Fault {
-		return DrawSchedule(rand.New(rand.NewPCG(seed, 0)), d)
+		return DrawSchedule(rand.New(rand.NewPCG(seed, 0)), d, true)
 	}
 	if a, b := draw(42, time.Minute), draw(42, time.Minute); !reflect.DeepEqual(a, b) {
 		t.Fatal("the same seed drew two schedules")
@@ -43,7 +43,7 @@ func TestDrawSchedule(t *testing.T) {
 			t.Errorf("out of bounds: %v", f)
 		}
 		seen[f.Kind] = true
-		planned += f.Before + f.Hold + restartCost
+		planned += f.Before + f.Hold + faultCost(f.Kind)
 	}
 	if planned < 30*time.Minute || len(s) > maxFaults {
 		t.Errorf("%d faults planned for %v, want at least 30m and at most %d faults", len(s), planned, maxFaults)
@@ -53,6 +53,51 @@ func TestDrawSchedule(t *testing.T) {
 	}
 	if draw(1, 0) != nil {
 		t.Error("a run of no time drew faults")
+	}
+}
+
+// TestDrawScheduleWithoutMembership: without the membership faults a seed
+// draws none of them, and the schedule it drew before they existed: the
+// regression seeds found then replay their faults.
+func TestDrawScheduleWithoutMembership(t *testing.T) {
+	s := DrawSchedule(rand.New(rand.NewPCG(1796119039556610740, 0)), 20*time.Second, false)
+	// As drawn by the schedule of commit 946e700, before the membership
+	// faults: the third is the isolate-leader that found a bug.
+	want := []FaultKind{IsolateFollower, CutToLeader, IsolateLeader, CutFromLeader}
+	var got []FaultKind
+	for _, f := range s {
+		got = append(got, f.Kind)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("seed 1796119039556610740 without membership faults drew %v, want %v", got, want)
+	}
+	for _, f := range DrawSchedule(rand.New(rand.NewPCG(7, 0)), 30*time.Minute, false) {
+		if isMembership(f.Kind) {
+			t.Fatalf("a schedule without membership faults drew %v", f)
+		}
+	}
+	var member int
+	for _, f := range DrawSchedule(rand.New(rand.NewPCG(7, 0)), 30*time.Minute, true) {
+		if isMembership(f.Kind) {
+			member++
+		}
+	}
+	if member == 0 {
+		t.Error("30 minutes with membership faults drew none")
+	}
+}
+
+// TestConnNodes: a connection goes to the node that held its address when
+// it sent its first request, a member rebuilt in place handing its
+// addresses on to its successor.
+func TestConnNodes(t *testing.T) {
+	owners := []addrOwner{{"a", 1, 0}, {"b", 2, 0}, {"a", 4, 10 * time.Second}, {"c", 5, 20 * time.Second}}
+	addrs := map[int]string{1: "a", 2: "a", 3: "b", 4: "c", 5: "a"}
+	history := []Op{{Conn: 1, Call: time.Second}, {Conn: 2, Call: 11 * time.Second}, {Conn: 3, Call: 12 * time.Second}, {Conn: 4, Call: 19 * time.Second}}
+	got := connNodes(addrs, history, owners)
+	want := map[int]int{1: 1, 2: 4, 3: 2, 4: 5, 5: 4}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("connNodes: %v, want %v", got, want)
 	}
 }
 

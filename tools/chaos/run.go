@@ -90,6 +90,10 @@ type Config struct {
 	Nodes int
 	// NoFaults runs the workload against a healthy cluster.
 	NoFaults bool
+	// NoMembership leaves the membership faults (ReplaceMember,
+	// AddRemoveMember) out of the schedule: a seed then draws the schedule
+	// it drew before they existed.
+	NoMembership bool
 	// Bin is the batond to run; "" means the one harness.Main built.
 	Bin string
 	// Env are more environment variables for every batond (KEY=VALUE).
@@ -140,6 +144,9 @@ func (c Config) reproduce() string {
 	cmd := fmt.Sprintf("make chaos SEED=%d DURATION=%v", c.Seed, c.Duration)
 	if c.Nodes != DefaultNodes {
 		cmd = fmt.Sprintf("CHAOS_NODES=%d ", c.Nodes) + cmd
+	}
+	if c.NoMembership && !c.NoFaults {
+		cmd = "CHAOS_MEMBERSHIP=off " + cmd
 	}
 	if c.Bin != "" && len(c.Env) == 0 {
 		cmd = "CHAOS_BATOND=" + c.Bin + " " + cmd
@@ -227,7 +234,7 @@ func Run(t *testing.T, cfg Config) Result {
 	t.Logf("chaos: seed %d, %d nodes, %v of workload (reproduce with: %s)", cfg.Seed, cfg.Nodes, cfg.Duration, cfg.reproduce())
 	var schedule []Fault
 	if !cfg.NoFaults {
-		schedule = DrawSchedule(rand.New(rand.NewPCG(cfg.Seed, 0)), cfg.Duration)
+		schedule = DrawSchedule(rand.New(rand.NewPCG(cfg.Seed, 0)), cfg.Duration, !cfg.NoMembership)
 	}
 	t.Logf("chaos: schedule of %d faults (the run injects those that fit in its time):\n%s", len(schedule), scheduleText(schedule))
 	res.Schedule = schedule
@@ -240,7 +247,8 @@ func Run(t *testing.T, cfg Config) Result {
 	links := harness.NewLinks()
 	// Debug logs trace the nodes' lease decisions (engine/trace.go): the
 	// node-N.log a failing run keeps is where they are read.
-	nodes := harness.StartCluster(t, bin, cfg.Nodes, harness.Options{Shards: 4, Links: links, Env: cfg.Env, Args: []string{"--log-level", "debug"}})
+	nodeArgs := []string{"--log-level", "debug"}
+	nodes := harness.StartCluster(t, bin, cfg.Nodes, harness.Options{Shards: 4, Links: links, Env: cfg.Env, Args: nodeArgs})
 	addrs := make([]string, len(nodes))
 	for i, n := range nodes {
 		addrs[i] = n.ClientAddr
@@ -266,10 +274,10 @@ func Run(t *testing.T, cfg Config) Result {
 	}
 	t.Cleanup(func() { stopWorkload() })
 
-	in := &injector{t: t, nodes: nodes, links: links, keys: allKeys, clock: rec.Since}
+	in := newInjector(t, nodes, links, allKeys, rec.Since, joinSpec{bin: bin, env: cfg.Env, args: nodeArgs})
 	end := time.Now().Add(cfg.Duration)
 	for i, f := range schedule {
-		if time.Until(end) < f.Before+f.Hold+restartCost {
+		if time.Until(end) < f.Before+f.Hold+faultCost(f.Kind) {
 			break
 		}
 		time.Sleep(f.Before) // the schedule's pause between faults
@@ -283,6 +291,7 @@ func Run(t *testing.T, cfg Config) Result {
 	// The end: a whole cluster, then no more requests, then the checks.
 	links.Heal()
 	in.checkRunning("at the end of the run")
+	nodes = in.nodes // the members now, after the membership faults
 	stopped := stopWorkload()
 	for _, cl := range clients {
 		cl.Close() // ends whatever a worker that did not stop is waiting for
@@ -305,8 +314,8 @@ func Run(t *testing.T, cfg Config) Result {
 	history := rec.History()
 	// The client-level side of the run, kept for a failure's files and to
 	// explain a fence violation.
-	d := &failureData{history: history, schedule: schedule, start: rec.Start(), connNode: connNodes(rec.ConnAddrs(), nodes), nodeLogs: make(map[int]string)}
-	for _, n := range nodes {
+	d := &failureData{history: history, schedule: schedule, start: rec.Start(), connNode: connNodes(rec.ConnAddrs(), history, in.owners), nodeLogs: make(map[int]string)}
+	for _, n := range in.all {
 		d.nodeLogs[n.ID] = n.LogPath
 	}
 	d.events, d.eventsDropped = wl.Events()
@@ -328,6 +337,14 @@ func Run(t *testing.T, cfg Config) Result {
 	}
 	for _, e := range in.exits {
 		res.add(CheckerNodeExit, e)
+	}
+	for _, m := range in.memberFailures {
+		res.add(CheckerMembership, m)
+	}
+	if !cfg.NoFaults && !cfg.NoMembership {
+		for _, m := range in.checkMembers() {
+			res.add(CheckerMembership, m)
+		}
 	}
 	for _, l := range res.Workload.LateCalls {
 		res.add(CheckerCallBound, l)
@@ -394,15 +411,24 @@ func outDir(t *testing.T, cfg Config) string {
 }
 
 // connNodes maps each recorded connection to the node whose client address
-// it went to.
-func connNodes(addrs map[int]string, nodes []*harness.Node) map[int]int {
-	byAddr := make(map[string]int, len(nodes))
-	for _, n := range nodes {
-		byAddr[n.ClientAddr] = n.ID
+// it went to: the node that held the address (owners, in the order they
+// took it) at the connection's first request, or the address's last owner
+// for a connection that sent none.
+func connNodes(addrs map[int]string, history []Op, owners []addrOwner) map[int]int {
+	first := make(map[int]time.Duration)
+	for i := range history {
+		if c, ok := first[history[i].Conn]; !ok || history[i].Call < c {
+			first[history[i].Conn] = history[i].Call
+		}
 	}
 	m := make(map[int]int, len(addrs))
-	for id, a := range addrs {
-		m[id] = byAddr[a]
+	for conn, a := range addrs {
+		at, sent := first[conn]
+		for _, o := range owners {
+			if o.addr == a && (!sent || o.from <= at || m[conn] == 0) {
+				m[conn] = o.id
+			}
+		}
 	}
 	return m
 }

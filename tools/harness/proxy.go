@@ -82,6 +82,17 @@ func (l *Links) blocked(from, to int) bool {
 	return l.isolatedLocked(from, to)
 }
 
+// Listen starts a proxy in front of a Raft port that a node started
+// outside StartCluster binds (target, its --raft-listen), and returns the
+// address to advertise for it (the RAFT_ADDR of its --join or --peers).
+// id names the node to Isolate and Cut: any number no other proxy of l
+// has, the node's --id or another (a node that joins learns its id only
+// once the cluster added it, at the address returned here).
+func (l *Links) Listen(t testing.TB, id int, target string) string {
+	t.Helper()
+	return l.listen(t, id, target)
+}
+
 // listen starts (or restarts, on new ports) the proxy in front of node id,
 // which binds target, and returns the address to advertise for it.
 func (l *Links) listen(t testing.TB, id int, target string) string {
