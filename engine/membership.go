@@ -286,6 +286,9 @@ func (n *Node) memberChange(cs *connState, verb string, args []string) *codec.Re
 		return refuse("the cluster version is %d and membership changes need %d: every member must run a build of level %d or later first (baton status shows the cluster version)",
 			v, sm.LevelMembership, sm.LevelMembership)
 	}
+	if c := n.view().Change; c != nil && !c.is(n.view(), verb, args) {
+		return refuse("a membership change is under way (%s of member %d): retry once it is done", c.Kind, c.ID)
+	}
 	if !n.changeMu.TryLock() {
 		return refuse("a membership change is under way: retry once it is done")
 	}
@@ -666,11 +669,13 @@ func (n *Node) ownFate(d *directory, leaving *time.Time) bool {
 	}
 	switch {
 	case d.removed(me):
+		n.leaving.Store(true)
 		n.fail(fmt.Errorf("%w: this node was member %d, which was removed; its data dir cannot serve again (to bring the machine back: baton member add, then batond --join with an empty data dir)", ErrRemoved, me))
 		return true
 	case d.Change != nil && d.Change.Kind == changeRemove && d.Change.ID == me:
 		if leaving.IsZero() {
 			*leaving = time.Now()
+			n.leaving.Store(true)
 			n.log.Warn("this node is being removed from the cluster: handing its shards over", "id", me)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), removedExit/2)

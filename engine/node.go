@@ -109,6 +109,7 @@ type Node struct {
 	handshakeFailures logLimit // TLS handshakes that failed
 
 	draining atomic.Bool         // stopping: hand leadership off, never pull it
+	leaving  atomic.Bool         // removed or being removed from the cluster: answer ERR unavailable (membership.go)
 	failed   chan error          // why the node cannot go on (fail), buffered for the first
 	handOffs chan handOffRequest // applied hand-off requests for runHandOffs: a slot per shard (cluster.go)
 

@@ -223,6 +223,12 @@ func (s *shard) query(cs *connState, key []byte, now int64) {
 // answerNotServing answers a request this node cannot serve now: MOVED to
 // the leader when another node is known to lead, else ERR unavailable.
 func (s *shard) answerNotServing(cs *connState, op byte, key []byte) {
+	if s.node.leaving.Load() {
+		// Removed, or being removed: it sends nobody anywhere (PROTOCOL.md);
+		// the client's refresh has the members to go to.
+		s.sendError(cs, op, key, codec.CodeUnavailable, "this node is being removed from the cluster")
+		return
+	}
 	if s.leaderID != s.node.cfg.ID {
 		if addr := s.node.movedAddr(cs, s.leaderID); addr != "" {
 			cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusMoved, Addr: bytesOf(addr)}, s.hold())

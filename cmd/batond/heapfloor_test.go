@@ -26,13 +26,28 @@ func heapGoal() uint64 {
 // test process, whose heap, like batond's when run allocates the floor,
 // has no freed memory that the allocation could reuse (and zero): in this
 // one, the tests before may have left some.
+//
+// Even a fresh process sees its floor's pages resident now and then
+// (2026-12-03: 1 run in 4 to 8 on the 2-core machine, with and without
+// -race, at this commit and the ones before it; the heap was 4 MB before
+// the allocation and no huge pages were in use, so the allocator zeroed
+// memory it did not know to be fresh). So the child runs up to three
+// times, and the test fails when the floor was resident in every one:
+// what batond depends on is that the floor usually costs nothing, and a
+// floor that is always touched still fails.
 func TestHeapFloor(t *testing.T) {
 	if os.Getenv(heapFloorChild) == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestHeapFloor$", "-test.short", "-test.v")
-		cmd.Env = append(os.Environ(), heapFloorChild+"=1")
-		out, err := cmd.CombinedOutput()
+		var out []byte
+		var err error
+		for range 3 {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHeapFloor$", "-test.short", "-test.v")
+			cmd.Env = append(os.Environ(), heapFloorChild+"=1")
+			if out, err = cmd.CombinedOutput(); err == nil {
+				break
+			}
+		}
 		if err != nil {
-			t.Fatalf("in a fresh process: %v\n%s", err, out)
+			t.Fatalf("in a fresh process, three times: %v\n%s", err, out)
 		}
 		if strings.Contains(string(out), "--- SKIP") {
 			t.Skipf("in a fresh process:\n%s", out)

@@ -284,3 +284,68 @@ func wipedArgs(t *testing.T, n *harness.Node) []string {
 	args[i+1] = filepath.Join(t.TempDir(), "wiped")
 	return args
 }
+
+// TestMembershipGrowShrink grows a 3-node cluster to 5 under a checked
+// load, kills two of the five (the other three carry on), brings them
+// back with their first command line (whose --peers is ignored now), then
+// shrinks to the first three again: each removed node answers ERR
+// unavailable, never MOVED, and exits non-zero within 30 s.
+func TestMembershipGrowShrink(t *testing.T) {
+	t.Parallel()
+	bin := harness.Bin(t)
+	nodes := harness.StartCluster(t, bin, 3, harness.Options{Shards: membershipShards})
+	waitLeads(t, nodes, nodes[0], 20*time.Second)
+	waitFor(t, seededWithin, "the first membership directory", func() bool {
+		return member(t, nodes[0].ClientAddr, "WHOIS 1")[1] == "member"
+	})
+	grown := []*harness.Node{joiner(t, bin, 4), joiner(t, bin, 5)}
+	addrs := []string{nodes[0].ClientAddr, nodes[1].ClientAddr, nodes[2].ClientAddr, grown[0].ClientAddr, grown[1].ClientAddr}
+	load := startLoad(t, addrs, chaos.NewRecorder(), 6, workerKeys(t, "grow", membershipShards, membershipShards))
+	load.progress(t, "3 voters")
+
+	for _, n := range grown {
+		if f := member(t, nodes[0].ClientAddr, "ADD "+n.RaftAddr+"/"+n.ClientAddr); len(f) != 2 || f[1] != strconv.Itoa(n.ID) {
+			t.Fatalf("add member %d: %v", n.ID, f)
+		}
+		n.Start()
+	}
+	waitFor(t, promotedWithin, "members 4 and 5 promoted", func() bool {
+		roles := listMembers(t, nodes[0].ClientAddr)
+		return len(roles) == 5 && roles[4] == "voter" && roles[5] == "voter"
+	})
+	c := harness.Dial(t, nodes[2].ClientAddr)
+	if got := c.Do(t, "C -"); got != "C - OK "+strings.Join(addrs, ",") {
+		t.Errorf("C - with five voters: %q", got)
+	}
+	c.Close()
+	load.progress(t, "5 voters")
+
+	// Two of five down: the three others are a majority.
+	nodes[0].Kill()
+	nodes[1].Kill()
+	load.progress(t, "nodes 1 and 2 down")
+	harness.RestartAll(t, nodes[0], nodes[1])
+	load.progress(t, "nodes 1 and 2 back")
+
+	for _, n := range grown {
+		if f := member(t, nodes[0].ClientAddr, fmt.Sprintf("REMOVE %d", n.ID)); f[0] != "OK" {
+			t.Fatalf("remove member %d: %v", n.ID, f)
+		}
+		if n.Running() {
+			c := harness.Dial(t, n.ClientAddr)
+			c.Send("Q grow/removed")
+			if line, err := c.ReadLine(5 * time.Second); err == nil && !strings.HasPrefix(line, "Q grow/removed ERR unavailable") {
+				t.Errorf("member %d, removed, answers %q; want ERR unavailable (or a closed connection)", n.ID, line)
+			}
+			c.Close()
+			if code, err := n.Wait(removedExitWithin); err != nil || code == 0 {
+				t.Errorf("member %d, removed: exit %d, %v; want non-zero within %v", n.ID, code, err, removedExitWithin)
+			}
+		}
+		load.progress(t, fmt.Sprintf("member %d removed", n.ID))
+	}
+	if roles := listMembers(t, nodes[0].ClientAddr); len(roles) != 3 {
+		t.Errorf("members after the shrink: %v; want 1, 2 and 3", roles)
+	}
+	load.check(t)
+}

@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/baton-dev/baton/codec"
+	sm "github.com/baton-dev/baton/statemachine"
+)
+
+// threeVoters is a directory of voters 1, 2 and 3 (priority 1, 2, 3) and
+// learner 4, as shard 1 would hold it.
+func threeVoters() *directory {
+	d := bootstrapDirectory([]Peer{{"h1:1", "h1:2"}, {"h2:1", "h2:2"}, {"h3:1", "h3:2"}}, []string{"h1:3", "", "h3:3"}, 2)
+	d.Members = append(d.Members, member{ID: 4, Raft: "h4:1", Client: "h4:2", Role: roleLearner})
+	d.NextID, d.Removed, d.version = 5, []uint64{7}, 9
+	d.count()
+	return d
+}
+
+// TestDirectoryViews: what C -, M - LIST and WHOIS answer from a
+// directory, and the priority order.
+func TestDirectoryViews(t *testing.T) {
+	d := threeVoters()
+	if got := d.clientAddrs(false); got != "h1:2,h2:2,h3:2" {
+		t.Errorf("C - = %q", got)
+	}
+	if got := d.clientAddrs(true); got != "h1:3,h2:2,h3:3" {
+		t.Errorf("C - on TLS = %q (a voter without a TLS address gives its plain one)", got)
+	}
+	if got, want := d.list(), "1/voter/h1:1/h1:2/h1:3 2/voter/h2:1/h2:2/- 3/voter/h3:1/h3:2/h3:3 4/learner/h4:1/h4:2/-"; got != want {
+		t.Errorf("LIST = %q, want %q", got, want)
+	}
+	for id, want := range map[uint64]string{1: whoisMember, 4: whoisMember, 7: whoisRemoved, 5: whoisFree} {
+		if got := d.whois(id); got != want {
+			t.Errorf("WHOIS %d = %q, want %q", id, got, want)
+		}
+	}
+	if got := bootstrapDirectory(nil, nil, 1).whois(1); got != whoisBootstrap {
+		t.Errorf("WHOIS on a bootstrap view = %q", got)
+	}
+	if !(d.rank(1) < d.rank(3) && d.rank(3) < d.rank(4) && d.rank(4) < d.rank(99)) {
+		t.Errorf("ranks 1:%d 3:%d 4:%d 99:%d: want voters in order, then learners, then strangers", d.rank(1), d.rank(3), d.rank(4), d.rank(99))
+	}
+	back, err := decodeDirectory(d.encode(), 10)
+	if err != nil || back.list() != d.list() || back.NextID != 5 || back.voters != 3 || back.version != 10 {
+		t.Errorf("round trip: %+v, %v", back, err)
+	}
+}
+
+// TestDirectoryChanges: the directories an ADD and a PRIORITY make, and
+// what they refuse (badArgs: ERR badrequest; other errors: ERR refused).
+func TestDirectoryChanges(t *testing.T) {
+	tests := []struct {
+		verb, arg string
+		list      string // the new LIST; "" when refused
+		bad       bool   // a badrequest rather than a refusal
+	}{
+		{verbAdd, "h5:1/h5:2", "1/voter/h1:1/h1:2/h1:3 2/voter/h2:1/h2:2/- 3/voter/h3:1/h3:2/h3:3 4/learner/h4:1/h4:2/- 5/learner/h5:1/h5:2/-", false},
+		{verbAdd, "h5:1/h5:2/h5:3", "1/voter/h1:1/h1:2/h1:3 2/voter/h2:1/h2:2/- 3/voter/h3:1/h3:2/h3:3 4/learner/h4:1/h4:2/- 5/learner/h5:1/h5:2/h5:3", false},
+		{verbAdd, "h5:1/h2:2", "", false},
+		{verbAdd, "h5:1/h5:1", "", true},
+		{verbAdd, "h5:1", "", true},
+		{verbAdd, "h5:1/h5:2/h5:3/h5:4", "", true},
+		{verbAdd, "h5/h5:2", "", true},
+		{verbPriority, "3,1,2", "3/voter/h3:1/h3:2/h3:3 1/voter/h1:1/h1:2/h1:3 2/voter/h2:1/h2:2/- 4/learner/h4:1/h4:2/-", false},
+		{verbPriority, "3,1", "", false},
+		{verbPriority, "3,1,4", "", false},
+		{verbPriority, "3,1,9", "", false},
+		{verbPriority, "3,1,1", "", true},
+		{verbPriority, "3,x,1", "", true},
+	}
+	for _, tc := range tests {
+		d := threeVoters()
+		before := d.list()
+		var nd *directory
+		var err error
+		if tc.verb == verbAdd {
+			nd, err = addMember(d, []string{tc.arg})
+		} else {
+			nd, err = reorder(d, []string{tc.arg})
+		}
+		if d.list() != before {
+			t.Errorf("%s %s changed the directory it was given", tc.verb, tc.arg)
+		}
+		if tc.list == "" {
+			_, bad := err.(badArgs)
+			if err == nil || bad != tc.bad {
+				t.Errorf("%s %s: %v (badrequest %v), want a refusal (badrequest %v)", tc.verb, tc.arg, err, bad, tc.bad)
+			}
+			continue
+		}
+		if err != nil || nd.list() != tc.list {
+			t.Errorf("%s %s: %v, %q; want %q", tc.verb, tc.arg, err, nd.list(), tc.list)
+			continue
+		}
+		if tc.verb == verbAdd && (nd.Change == nil || nd.Change.Kind != changeAdd || nd.Change.ID != 5 || nd.NextID != 6) {
+			t.Errorf("ADD %s: change %+v, next id %d; want the add of 5 under way, next id 6", tc.arg, nd.Change, nd.NextID)
+		}
+	}
+}
+
+// TestMembershipChangeUnderWay, on a real node: a change meets another
+// under way and is refused, saying so, whether the other runs on this
+// coordinator or was left in the directory by one that died after writing
+// it (step 1); the coordinator then finishes the left one by itself in
+// every shard (a learner added) and clears it; and the same ADD sent
+// again once it is done is refused (the address is the new member's).
+func TestMembershipChangeUnderWay(t *testing.T) {
+	n := startTestNode(t, nil)
+	waitFor(t, "the first directory", func() bool { return n.view().version > 0 })
+	cs := &connState{}
+	answer := func(args ...string) string {
+		return string(codec.AppendResponse(nil, n.member(cs, args)))
+	}
+
+	n.changeMu.Lock()
+	if got := answer("ADD", "127.0.0.1:1/127.0.0.1:2"); !strings.HasPrefix(got, "M - ERR refused a membership change is under way") {
+		t.Errorf("ADD while the coordinator makes a change: %q", got)
+	}
+	n.changeMu.Unlock()
+
+	// A coordinator that wrote the add of member 2 and died.
+	n.changeMu.Lock()
+	d := n.view()
+	nd, err := addMember(d, []string{"127.0.0.1:1/127.0.0.1:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), changeTimeout)
+	defer cancel()
+	if err := n.writeDirectory(ctx, d, nd); err != nil {
+		t.Fatal(err)
+	}
+	if got := answer("ADD", "127.0.0.1:3/127.0.0.1:4"); !strings.HasPrefix(got, "M - ERR refused a membership change is under way (add of member 2)") {
+		t.Errorf("ADD while another add is written: %q", got)
+	}
+	n.changeMu.Unlock()
+
+	waitFor(t, "the coordinator to finish the add it found", func() bool { return n.view().Change == nil })
+	for _, s := range n.shards {
+		m, err := n.nh.SyncGetShardMembership(ctx, s.id)
+		if _, learner := m.NonVotings[2]; err != nil || !learner {
+			t.Errorf("shard %d: membership %+v, %v; want member 2 a learner", s.id, m, err)
+		}
+	}
+	if got := answer("ADD", "127.0.0.1:1/127.0.0.1:2"); got != "M - ERR refused address 127.0.0.1:1 is member 2's\n" {
+		t.Errorf("the same ADD once done: %q", got)
+	}
+	if v := n.shards[0].stats.clusterVersion.Load(); v != sm.FeatureLevel {
+		t.Errorf("cluster version %d", v)
+	}
+}
