@@ -174,6 +174,11 @@ func TestAuth(t *testing.T) {
 	t.Run("NoSecret", func(t *testing.T) {
 		refused(t, harness.Dial(t, n.ClientAddr), "A auth/none 60000 -1")
 	})
+	t.Run("MembershipWithoutSecret", func(t *testing.T) {
+		// A membership change is an operator's act (protocol 1.3).
+		refused(t, harness.Dial(t, n.ClientAddr), "M - ADD 127.0.0.1:1/127.0.0.1:2")
+		refused(t, harness.Dial(t, n.ClientAddr), "M - WRONG", "C -")
+	})
 	t.Run("WrongSecret", func(t *testing.T) {
 		refused(t, harness.Dial(t, n.ClientAddr), "H "+secret+"x", "A auth/wrong 60000 -1")
 	})
