@@ -15,9 +15,9 @@ import (
 // could have missed a report in a snapshot it recovered from, or a node
 // could have been restarted with another build). The leader that serves a
 // shard raises its version (a raise) to the lowest level among the
-// shard's voters once every voter has reported one above the shard's
-// version; a voter that never reports (a build of level 1) holds the
-// version at 1. Reports are the engine's, not the table's: only the raise
+// shard's members, voters and learners, once every one has reported one
+// above the shard's version; a member that never reports (a build of
+// level 1) holds the version at 1. Reports are the engine's, not the table's: only the raise
 // changes the table, so replicas that saw different reports stay alike.
 
 const (
@@ -71,8 +71,9 @@ func (s *shard) shouldReport(now time.Time) bool {
 }
 
 // raiseTo is the version this node should raise the shard to now, or 0:
-// only where it leads and serves, and only once every voter of the shard
-// (its Raft membership) has reported a level above the shard's version.
+// only where it leads and serves, and only once every voter and learner of
+// the shard (its Raft membership) has reported a level above the shard's
+// version.
 func (n *Node) raiseTo(s *shard) uint64 {
 	s.mu.Lock()
 	serving, current := s.serving && !s.handingOff, s.stats.clusterVersion.Load()
@@ -86,8 +87,13 @@ func (n *Node) raiseTo(s *shard) uint64 {
 	if err != nil {
 		return 0
 	}
-	voters := make([]uint64, 0, len(m.Nodes))
+	// Learners too: they receive the log and snapshots in the formats the
+	// version allows, like the voters.
+	voters := make([]uint64, 0, len(m.Nodes)+len(m.NonVotings))
 	for id := range m.Nodes {
+		voters = append(voters, id)
+	}
+	for id := range m.NonVotings {
 		voters = append(voters, id)
 	}
 	s.mu.Lock()
