@@ -95,10 +95,9 @@ type Config struct {
 	// which a snapshot (and log compaction) is requested, even before
 	// SnapshotEntries; 0 means DefaultSnapshotBytes.
 	SnapshotBytes uint64
-	// RaftLog is the Raft log store, RaftLogBaton, RaftLogSeglog or
-	// RaftLogDragonboat; "" means the one DataDir was created with, or
-	// DefaultRaftLog for a new one. It cannot change for an existing data
-	// dir.
+	// RaftLog is the Raft log store, RaftLogSeglog or RaftLogDragonboat;
+	// "" means the one DataDir was created with, or DefaultRaftLog for a
+	// new one. It cannot change for an existing data dir.
 	RaftLog string
 	// RaftTransport is how this node's Raft messages travel,
 	// RaftTransportBaton or RaftTransportDragonboat; "" means
@@ -144,22 +143,38 @@ type Config struct {
 
 // Raft log stores (Config.RaftLog).
 const (
-	// RaftLogBaton is engine/raftlog: dragonboat's semantics, but a change
-	// of the commit index alone is not synced (one device flush per request
-	// on each node instead of two; BENCHMARKS.md).
-	RaftLogBaton = "baton"
-	// RaftLogSeglog is engine/seglog: the same semantics and sync policy
-	// as RaftLogBaton, on append-only segment files with an in-memory
-	// index instead of pebble (no memtable, flush or compaction work for
-	// entries that a snapshot soon deletes): less CPU per request on every
-	// node under load (BENCHMARKS.md), the default for a new data dir.
+	// RaftLogSeglog is engine/seglog: dragonboat's semantics on
+	// append-only segment files with an in-memory index, but a change of
+	// the commit index alone is not synced (one device flush per request
+	// on each node instead of two), and no memtable, flush or compaction
+	// work for entries that a snapshot soon deletes (BENCHMARKS.md, "The
+	// Raft log"). The default for a new data dir.
 	RaftLogSeglog = "seglog"
-	// RaftLogDragonboat is dragonboat's own store, which syncs every state
-	// change; data dirs created before RaftLog existed have it.
+	// RaftLogDragonboat is dragonboat's own store, in pebble, which syncs
+	// every state change; data dirs created before RaftLog existed have
+	// it.
 	RaftLogDragonboat = "dragonboat"
 	// DefaultRaftLog is the store of a new data dir.
 	DefaultRaftLog = RaftLogSeglog
+
+	// raftLogDropped is baton's pebble store (engine/raftlog, the default
+	// before seglog), which batond no longer has: a data dir made with it
+	// is refused (dataDir.reconcile), and so is the flag.
+	raftLogDropped = "baton"
 )
+
+// CheckRaftLog says whether name is a Raft log store batond has (""
+// meaning the data dir's or the default); its error is one line for a
+// bad --raft-log.
+func CheckRaftLog(name string) error {
+	switch name {
+	case "", RaftLogSeglog, RaftLogDragonboat:
+		return nil
+	case raftLogDropped:
+		return fmt.Errorf("--raft-log %s: baton's pebble store is no longer part of batond; want %s (the default) or %s", name, RaftLogSeglog, RaftLogDragonboat)
+	}
+	return fmt.Errorf("--raft-log %q: want %s (the default) or %s", name, RaftLogSeglog, RaftLogDragonboat)
+}
 
 // Raft transports (Config.RaftTransport).
 const (
@@ -280,8 +295,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--shards %d out of range 1..%d", c.Shards, sm.MaxShards)
 	case c.DataDir == "":
 		return errors.New("--data is empty")
-	case c.RaftLog != "" && c.RaftLog != RaftLogBaton && c.RaftLog != RaftLogSeglog && c.RaftLog != RaftLogDragonboat:
-		return fmt.Errorf("--raft-log %q: want %s, %s or %s", c.RaftLog, RaftLogBaton, RaftLogSeglog, RaftLogDragonboat)
+	case CheckRaftLog(c.RaftLog) != nil:
+		return CheckRaftLog(c.RaftLog)
 	case c.RaftTransport != "" && c.RaftTransport != RaftTransportBaton && c.RaftTransport != RaftTransportDragonboat:
 		return fmt.Errorf("--raft-transport %q: want %s or %s", c.RaftTransport, RaftTransportBaton, RaftTransportDragonboat)
 	}

@@ -27,3 +27,29 @@ func TestLimitsDefaultsAndValidate(t *testing.T) {
 		}
 	}
 }
+
+// --raft-log takes the two stores batond has; baton's pebble store, which
+// it no longer has, is refused with a line naming them.
+func TestCheckRaftLog(t *testing.T) {
+	for _, ok := range []string{"", RaftLogSeglog, RaftLogDragonboat} {
+		if err := CheckRaftLog(ok); err != nil {
+			t.Errorf("CheckRaftLog(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"baton", "tan", "Seglog"} {
+		err := CheckRaftLog(bad)
+		if err == nil {
+			t.Errorf("CheckRaftLog(%q) accepted it", bad)
+			continue
+		}
+		for _, w := range []string{"--raft-log", "seglog", "dragonboat"} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("CheckRaftLog(%q): %q does not say %q", bad, err, w)
+			}
+		}
+		cfg := Config{ID: 1, Peers: []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}, DataDir: t.TempDir(), RaftLog: bad}
+		if err := cfg.validate(); err == nil || err.Error() != CheckRaftLog(bad).Error() {
+			t.Errorf("validate with --raft-log %q: %v; want %v", bad, err, CheckRaftLog(bad))
+		}
+	}
+}

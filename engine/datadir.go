@@ -24,10 +24,10 @@ type settings struct {
 	Shards  int      `json:"shards"`
 	ID      uint64   `json:"id"`
 	Peers   []string `json:"peers"`
-	// RaftLog is the Raft log store (RaftLogBaton, RaftLogSeglog,
-	// RaftLogDragonboat); a data dir from before it was recorded has
-	// dragonboat's, and dragonboat refuses to open a NodeHost dir with
-	// another store than it was made by.
+	// RaftLog is the Raft log store (RaftLogSeglog, RaftLogDragonboat,
+	// or raftLogDropped in a data dir that batond refuses); a data dir
+	// from before it was recorded has dragonboat's, and dragonboat refuses
+	// to open a NodeHost dir with another store than it was made by.
 	RaftLog string `json:"raft_log,omitempty"`
 	// Join is the node's own RAFT_ADDR/CLIENT_ADDR when it joined a running
 	// cluster (batond --join) rather than being one of its first --peers;
@@ -125,6 +125,11 @@ func (d *dataDir) reconcile(cfg *Config) error {
 	}
 	if cfg.Restore != "" {
 		return fmt.Errorf("data dir %s has a cluster already (%s); --restore starts a new one, in an empty data dir", d.path, settingsFile)
+	}
+	// Refused before anything in the dir is touched: the data is whole for
+	// an older batond to back up.
+	if have.RaftLog == raftLogDropped {
+		return fmt.Errorf("data dir %s was made with --raft-log %s, a Raft log store this batond no longer has; to keep its locks, start it with an older batond (with --http), take a backup (baton backup), and start a new cluster from that file with --restore in empty data dirs (docs/operations.md)", d.path, raftLogDropped)
 	}
 	switch {
 	case want.RaftLog != "" && want.RaftLog != have.RaftLog:

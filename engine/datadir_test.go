@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,7 +49,9 @@ func TestSettingsFileDirectorySynced(t *testing.T) {
 
 // The Raft log store is fixed when a data dir is created: a new one gets
 // DefaultRaftLog (or the one asked for), a data dir from before the store
-// was recorded has dragonboat's, and asking for another one is refused.
+// was recorded has dragonboat's, and asking for another one is refused; so
+// is a data dir made with baton's pebble store, which batond no longer has
+// (TestRaftLogDroppedRefused).
 func TestRaftLogSetting(t *testing.T) {
 	peers := []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}
 	open := func(dir, raftLog string) (string, error) {
@@ -68,11 +72,12 @@ func TestRaftLogSetting(t *testing.T) {
 		{"new dir, default", "", "", DefaultRaftLog},
 		{"new dir, dragonboat asked for", "", RaftLogDragonboat, RaftLogDragonboat},
 		{"dir from before the setting", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"]}`, "", RaftLogDragonboat},
-		{"dir from before, baton asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"]}`, RaftLogBaton, ""},
-		{"baton dir, dragonboat asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"baton"}`, RaftLogDragonboat, ""},
+		{"dir from before, seglog asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"]}`, RaftLogSeglog, ""},
 		{"new dir, seglog asked for", "", RaftLogSeglog, RaftLogSeglog},
 		{"seglog dir, nothing asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"seglog"}`, "", RaftLogSeglog},
-		{"seglog dir, baton asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"seglog"}`, RaftLogBaton, ""},
+		{"seglog dir, dragonboat asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"seglog"}`, RaftLogDragonboat, ""},
+		{"dragonboat dir, seglog asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"dragonboat"}`, RaftLogSeglog, ""},
+		{"baton dir, nothing asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"baton"}`, "", ""},
 		{"baton dir, seglog asked for", `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"baton"}`, RaftLogSeglog, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,4 +105,75 @@ func TestRaftLogSetting(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A data dir made with baton's pebble store (--raft-log baton, dropped) is
+// refused at start whatever --raft-log asks, with one line that says how to
+// keep its locks, and before anything in it changes: an older batond can
+// still open it and take the backup.
+func TestRaftLogDroppedRefused(t *testing.T) {
+	peers := []Peer{{RaftAddr: "127.0.0.1:1", ClientAddr: "127.0.0.1:2"}}
+	const made = `{"version":1,"shards":4,"id":1,"peers":["127.0.0.1:1/127.0.0.1:2"],"raft_log":"baton"}`
+	for _, ask := range []string{"", RaftLogSeglog, RaftLogDragonboat} {
+		t.Run("asked for "+ask, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			// What the dropped store left: its log under raft/, the table.
+			for _, f := range []string{settingsFile, lockFile, "raft/baton-raftlog/000001.log", "table/MANIFEST-000001"} {
+				content := "data of " + f
+				if f == settingsFile {
+					content = made
+				}
+				p := filepath.Join(dir, f)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := treeOf(t, dir)
+			cfg := Config{ID: 1, Peers: peers, DataDir: dir, RaftLog: ask}
+			d, err := openDataDir(&cfg)
+			if err == nil {
+				d.close()
+				t.Fatalf("a data dir made with --raft-log baton opened with %q", cfg.RaftLog)
+			}
+			msg := err.Error()
+			for _, w := range []string{dir, "--raft-log baton", "older batond", "baton backup", "--restore"} {
+				if !strings.Contains(msg, w) {
+					t.Errorf("refusal %q does not say %q", msg, w)
+				}
+			}
+			if strings.Contains(msg, "\n") {
+				t.Errorf("refusal %q is more than one line", msg)
+			}
+			if after := treeOf(t, dir); !maps.Equal(after, before) {
+				t.Errorf("the refused data dir changed:\nbefore %q\nafter  %q", before, after)
+			}
+		})
+	}
+}
+
+// treeOf maps every file and directory under dir to its content ("" for a
+// directory).
+func treeOf(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	tree := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if e.IsDir() {
+			tree[rel+"/"] = ""
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		tree[rel] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tree
 }

@@ -69,9 +69,10 @@ type nodeMetrics struct {
 	proposalCommands *histogram
 	failedProposals  *counter
 
-	// The Raft log store's saves (engine/seglog, engine/raftlog): how many,
-	// by whether they were synced, and how long the synced ones took
-	// (nanoseconds), which is the disk's flush time as a commit waits for it.
+	// The Raft log store's saves (engine/seglog; dragonboat's does not
+	// tell): how many, by whether they were synced, and how long the synced
+	// ones took (nanoseconds), which is the disk's flush time as a commit
+	// waits for it.
 	raftLogSaves       [2]*counter // [0]: not synced, [1]: synced
 	raftLogSyncSeconds *histogram
 

@@ -44,10 +44,10 @@
 // hit, unsent.go bounds the answers clients do not take.
 //
 // Dragonboat keeps each shard's Raft log in the store Config.RaftLog names:
-// engine/raftlog, baton's own (it does not sync a change of the commit
-// index alone), engine/seglog (the same policy on segment files instead of
-// pebble), or dragonboat's (raftStorageConfig); snapshots.go keeps
-// that log short in bytes as well as in entries. Raft messages travel
+// engine/seglog, baton's own (segment files; it does not sync a change of
+// the commit index alone), or dragonboat's, in pebble
+// (raftStorageConfig); snapshots.go keeps that log short in bytes as well
+// as in entries. Raft messages travel
 // by the transport Config.RaftTransport names: engine/raftnet, baton's own
 // (a frame per message batch, one write system call each), or
 // dragonboat's TCP transport.
@@ -73,7 +73,6 @@ import (
 	"github.com/lni/dragonboat/v4/raftio"
 
 	"github.com/baton-dev/baton/engine/internal/savecall"
-	"github.com/baton-dev/baton/engine/raftlog"
 	"github.com/baton-dev/baton/engine/raftnet"
 	"github.com/baton-dev/baton/engine/seglog"
 	sm "github.com/baton-dev/baton/statemachine"
@@ -521,11 +520,10 @@ const (
 // live outside the Go heap, up to four at once, and a lock server's memory
 // should grow with the locks it holds, not with its write buffers.
 //
-// With RaftLogBaton the store is engine/raftlog (one pebble instance for
-// every shard as well, its own memtable sizes), with RaftLogSeglog
-// engine/seglog (one log of segment files for every shard), each plugged in
-// through Expert.LogDBFactory and telling onSave of its saves (the node's
-// metrics); the LogDB sizes above are then dragonboat's only.
+// With RaftLogSeglog the store is engine/seglog (one log of segment files
+// for every shard), plugged in through Expert.LogDBFactory and telling
+// onSave of its saves (the node's metrics); the LogDB sizes above are then
+// dragonboat's only.
 func raftStorageConfig(raftLog string, onSave savecall.Observer) config.ExpertConfig {
 	logdb := config.GetSmallMemLogDBConfig()
 	logdb.KVWriteBufferSize = 4 << 20
@@ -533,10 +531,7 @@ func raftStorageConfig(raftLog string, onSave savecall.Observer) config.ExpertCo
 	engine := config.GetDefaultEngineConfig()
 	engine.ExecShards = 1
 	expert := config.ExpertConfig{LogDB: logdb, Engine: engine}
-	switch raftLog {
-	case RaftLogBaton:
-		expert.LogDBFactory = &raftlog.Factory{OnSave: onSave}
-	case RaftLogSeglog:
+	if raftLog == RaftLogSeglog {
 		expert.LogDBFactory = &seglog.Factory{OnSave: onSave}
 	}
 	return expert

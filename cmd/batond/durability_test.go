@@ -16,7 +16,6 @@ import (
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 
-	"github.com/baton-dev/baton/engine/raftlog"
 	"github.com/baton-dev/baton/engine/seglog"
 	"github.com/baton-dev/baton/tools/harness"
 )
@@ -86,37 +85,27 @@ func cycleKeys(c *harness.Conn, keys []string, recs []*keyRecord, stop <-chan st
 	}
 }
 
-// openRaftLog opens the Raft log store (raftlog or seglog, whichever the
-// data dir has) of a stopped node.
+// openRaftLog opens the Raft log store (seglog) of a stopped node.
 func openRaftLog(t *testing.T, n *harness.Node) raftio.ILogDB {
 	t.Helper()
 	var db raftio.ILogDB
 	_ = filepath.WalkDir(filepath.Join(n.DataDir, "raft"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
+		if err != nil || !d.IsDir() || d.Name() != seglog.DirName {
 			return nil
 		}
-		var oerr error
-		switch d.Name() {
-		case raftlog.DirName:
-			db, oerr = raftlog.Open(p, raftlog.Options{})
-		case seglog.DirName:
-			db, oerr = seglog.Open(p, seglog.Options{})
-		default:
-			return nil
-		}
-		if oerr != nil {
-			t.Fatalf("node %d: open its Raft log %s: %v", n.ID, p, oerr)
+		if db, err = seglog.Open(p, seglog.Options{}); err != nil {
+			t.Fatalf("node %d: open its Raft log %s: %v", n.ID, p, err)
 		}
 		return filepath.SkipAll
 	})
 	if db == nil {
-		t.Fatalf("node %d: no %s or %s under %s", n.ID, raftlog.DirName, seglog.DirName, n.DataDir)
+		t.Fatalf("node %d: no %s under %s", n.ID, seglog.DirName, n.DataDir)
 	}
 	return db
 }
 
 // forgetCommits sets the commit index that every shard of a stopped node's
-// Raft log store (raftlog or seglog) kept back to lag entries below the applied index
+// Raft log store (seglog) kept back to lag entries below the applied index
 // its state machine persisted (never below the newest snapshot), as a power
 // loss may leave them: the store writes a change of the commit index alone
 // without syncing it, while the lock table's checkpoint may have reached
@@ -166,26 +155,17 @@ func forgetCommits(t *testing.T, n *harness.Node, replicaID uint64, shards int, 
 // and applied index), then three times with kill -9 of all three at once.
 // After each kill, before the restart, every node's Raft log is made to
 // forget the last commit indexes it kept, as a power loss may
-// (engine/raftlog and engine/seglog write a change of the commit index
-// alone without syncing it; forgetCommits): every state machine is then
-// ahead of its log's commit index, the restart that this sync policy makes
-// delicate, and the test checks that it was. After every restart each key
-// must be as the clients were last told, or as the request they were not
-// answered would have left it, and every grant after the last kill must
-// have a token larger than any before. It runs on both stores.
+// (engine/seglog writes a change of the commit index alone without
+// syncing it; forgetCommits): every state machine is then ahead of its
+// log's commit index, the restart that this sync policy makes delicate,
+// and the test checks that it was. After every restart each key must be as
+// the clients were last told, or as the request they were not answered
+// would have left it, and every grant after the last kill must have a
+// token larger than any before.
 func TestClusterKillAllUnderLoad(t *testing.T) {
 	t.Parallel()
-	for _, store := range []string{"baton", "seglog"} {
-		t.Run(store, func(t *testing.T) {
-			t.Parallel()
-			killAllUnderLoad(t, store)
-		})
-	}
-}
-
-func killAllUnderLoad(t *testing.T, store string) {
 	const shards, workers, keysPer = 2, 6, 8
-	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: shards, Args: []string{"--raft-log", store}})
+	nodes := harness.StartCluster(t, harness.Bin(t), 3, harness.Options{Shards: shards, Args: []string{"--raft-log", "seglog"}})
 	recs := make([][]*keyRecord, workers)
 	keys := make([][]string, workers)
 	for w := range workers {

@@ -5,7 +5,10 @@
 package main_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -1201,34 +1204,130 @@ func TestSettingsFixed(t *testing.T) {
 
 // TestRaftLogKept: a data dir keeps the Raft log store it was created
 // with. One made with dragonboat's store (as every data dir from before
-// --raft-log), or with baton's pebble one (the default before seglog),
-// restarts on it without the flag, after kill -9, with its locks, although
-// a new data dir would get seglog; asking it for another store is refused
-// and damages nothing.
+// --raft-log) restarts on it without the flag, after kill -9, with its
+// locks, although a new data dir would get seglog; asking it for another
+// store is refused and damages nothing.
 func TestRaftLogKept(t *testing.T) {
 	t.Parallel()
-	for _, store := range []string{"dragonboat", "baton"} {
-		t.Run(store, func(t *testing.T) {
-			t.Parallel()
-			n := harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 4, Args: []string{"--raft-log", store}})
-			c := harness.Dial(t, n.ClientAddr)
-			tok := acquire(t, c, "raftlog/k", 600000)
-			n.Kill()
+	const store = "dragonboat"
+	n := harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 4, Args: []string{"--raft-log", store}})
+	c := harness.Dial(t, n.ClientAddr)
+	tok := acquire(t, c, "raftlog/k", 600000)
+	n.Kill()
 
-			args := append([]string(nil), n.Args...)
-			for i := range args {
-				if args[i] == "--raft-log" {
-					args[i+1] = "seglog"
+	args := append([]string(nil), n.Args...)
+	for i := range args {
+		if args[i] == "--raft-log" {
+			args[i+1] = "seglog"
+		}
+	}
+	res := harness.Run(t, harness.Bin(t), "", 30*time.Second, args...)
+	expectRefusal(t, res, "raft-log", store)
+
+	n.Args = slices.DeleteFunc(append([]string(nil), n.Args...), func(a string) bool { return a == "--raft-log" || a == store })
+	n.Restart()
+	queryHeld(t, harness.Dial(t, n.ClientAddr), "raftlog/k", tok)
+}
+
+// TestRaftLogBatonDropped: baton's pebble store (--raft-log baton) is no
+// longer in batond. The flag is refused as a bad value, in one line that
+// names the two stores left; a data dir whose settings say it was made
+// with that store is refused at start with one line that says how to keep
+// its locks (a backup by an older batond, --restore), and nothing in it
+// changes. (The data dir here is a seglog one with its settings rewritten,
+// so that the test can show it whole afterwards: with its settings put
+// back it starts with its lock.)
+func TestRaftLogBatonDropped(t *testing.T) {
+	t.Parallel()
+	t.Run("flag", func(t *testing.T) {
+		t.Parallel()
+		data := filepath.Join(t.TempDir(), "data")
+		res := harness.Run(t, harness.Bin(t), "", 30*time.Second, append(singleNodeArgs(t, data), "--raft-log", "baton")...)
+		expectRefusal(t, res, "raft-log")
+		if res.Code != 2 {
+			t.Errorf("exit %d, want 2 (a bad flag)", res.Code)
+		}
+		if lines := strings.Split(strings.TrimRight(res.Stderr, "\n"), "\n"); len(lines) != 1 {
+			t.Errorf("stderr has %d lines, want one:\n%s", len(lines), res.Stderr)
+		}
+		for _, w := range []string{"--raft-log baton", "seglog", "dragonboat"} {
+			if !strings.Contains(res.Stderr, w) {
+				t.Errorf("refusal %q does not name %q", lastLine(res.Stderr), w)
+			}
+		}
+		if _, err := os.Stat(data); !os.IsNotExist(err) {
+			t.Errorf("the refused start made its data dir (%v)", err)
+		}
+	})
+	t.Run("data dir", func(t *testing.T) {
+		t.Parallel()
+		n := harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 1})
+		tok := acquire(t, harness.Dial(t, n.ClientAddr), "dropped/k", 600000)
+		if code, err := n.Stop(); code != 0 || err != nil {
+			t.Fatalf("stop: exit %d, %v", code, err)
+		}
+		setRaftLog := func(store string) {
+			t.Helper()
+			p := filepath.Join(n.DataDir, "baton.json")
+			raw, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var settings map[string]any
+			if err := json.Unmarshal(raw, &settings); err != nil {
+				t.Fatal(err)
+			}
+			settings["raft_log"] = store
+			if raw, err = json.Marshal(settings); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setRaftLog("baton")
+		before := filesOf(t, n.DataDir)
+		for _, extra := range [][]string{nil, {"--raft-log", "seglog"}} {
+			res := harness.Run(t, harness.Bin(t), "", 30*time.Second, append(slices.Clone(n.Args), extra...)...)
+			expectRefusal(t, res, "raft-log")
+			if res.Code == 2 {
+				t.Errorf("exit 2 (a bad flag); want 1, a refused data dir")
+			}
+			reason := lastLine(res.Stderr)
+			for _, w := range []string{n.DataDir, "--raft-log baton", "older batond", "baton backup", "--restore"} {
+				if !strings.Contains(reason, w) {
+					t.Errorf("refusal %q (flags %q) does not say %q", reason, extra, w)
 				}
 			}
-			res := harness.Run(t, harness.Bin(t), "", 30*time.Second, args...)
-			expectRefusal(t, res, "raft-log", store)
+		}
+		if after := filesOf(t, n.DataDir); !maps.Equal(after, before) {
+			t.Errorf("the refused starts changed the data dir:\nbefore %v\nafter  %v", before, after)
+		}
+		setRaftLog("seglog")
+		n.Restart()
+		queryHeld(t, harness.Dial(t, n.ClientAddr), "dropped/k", tok)
+	})
+}
 
-			n.Args = slices.DeleteFunc(append([]string(nil), n.Args...), func(a string) bool { return a == "--raft-log" || a == store })
-			n.Restart()
-			queryHeld(t, harness.Dial(t, n.ClientAddr), "raftlog/k", tok)
-		})
+// filesOf maps every file under dir to its size and modification time.
+func filesOf(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		files[p] = fmt.Sprintf("%d bytes, %s", fi.Size(), fi.ModTime().Format(time.RFC3339Nano))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return files
 }
 
 func TestSignalsExitZero(t *testing.T) {

@@ -99,11 +99,14 @@ Flags:
                   the last one reach N bytes (default 16777216)
   --raft-log NAME the Raft log store, fixed when the data dir is created:
                   seglog (segment files; syncs term, vote, entries and
-                  snapshots, not a change of the commit index alone), baton
-                  (the same policy, in pebble) or dragonboat (its own store,
-                  which syncs every change); "" takes the one stored in DIR
-                  (default "", meaning seglog for a new data dir and
-                  dragonboat for one created before this flag)
+                  snapshots, not a change of the commit index alone) or
+                  dragonboat (its own store, in pebble, which syncs every
+                  change); "" takes the one stored in DIR (default "",
+                  meaning seglog for a new data dir and dragonboat for one
+                  created before this flag). A data dir made with baton's
+                  pebble store (--raft-log baton, no longer in batond) is
+                  refused: take a backup with an older batond (baton
+                  backup) and start a new cluster from it (--restore)
   --raft-transport NAME
                   how Raft messages travel between nodes: baton (a frame
                   per batch, one write each) or dragonboat (its own TCP
@@ -362,6 +365,9 @@ func parseFlags(args []string) (options, error) {
 		return o, err
 	}
 	if err := o.limits.Validate(); err != nil {
+		return o, err
+	}
+	if err := engine.CheckRaftLog(o.raftLog); err != nil {
 		return o, err
 	}
 	switch {

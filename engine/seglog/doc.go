@@ -1,14 +1,31 @@
-// Package seglog is a Raft log store for dragonboat (a raftio.ILogDB) made
-// of append-only segment files and an in-memory index, set through
-// NodeHostConfig.Expert.LogDBFactory = &seglog.Factory{}. It has the
-// semantics and the sync policy of engine/raftlog, without pebble: no
-// memtable inserts, flushes or compactions of entries that are deleted soon
-// after they are written, which cost engine/raftlog 10-30 % of a node's CPU
-// under load.
+// Package seglog is baton's Raft log store for dragonboat (a raftio.ILogDB)
+// made of append-only segment files and an in-memory index, set through
+// NodeHostConfig.Expert.LogDBFactory = &seglog.Factory{}.
+//
+// # Why not dragonboat's store
+//
+// Dragonboat's default store (internal/logdb, on pebble) syncs every
+// SaveRaftState, including the many whose only change is the commit index.
+// On a three-node cluster that is about six device flushes per request
+// instead of three: each replica flushes once for the entry and once more
+// for the commit index that follows it, and since a step worker saves
+// synchronously, the next requests' entries wait behind that second flush.
+// Raft does not need it. The commit index is volatile state in Raft (the
+// Raft paper's figure 2 lists only currentTerm, votedFor and the log as
+// persistent), etcd's raft does not sync for a commit-only change
+// (MustSync), nor does dragonboat's own tan store.
+//
+// This store keeps the semantics of dragonboat's default store (each
+// method's documentation names the few deliberate differences) and changes
+// when it syncs. And it does without pebble: no memtable inserts, flushes
+// or compactions of entries that are deleted soon after they are written,
+// which cost baton's earlier pebble store with this sync policy
+// (engine/raftlog, removed since: BENCHMARKS.md, "Tried and not kept")
+// 10-30 % of a node's CPU under load.
 //
 // # Sync policy
 //
-// As engine/raftlog's, decided by the same code (engine/internal/savecall):
+// Decided by engine/internal/savecall, so that the rules live in one place:
 // SaveRaftState writes each call as one record, synced (fdatasync) before
 // it returns when any update has entries to save, a snapshot, or a State
 // whose Term or Vote differs from the last State saved for that replica
@@ -18,22 +35,32 @@
 // RemoveNodeData, RemoveEntriesTo) is synced, and so is every segment
 // switch.
 //
-// An unsynced record does not stay at risk for long, for the same reason
-// as with pebble's WAL: the log is one sequential file at a time, a sync
+// An unsynced record does not stay at risk for long: the log is one sequential file at a time, a sync
 // covers everything written to the file before it, and a segment is synced
 // before the next one is started. So once any later synced write returns
 // (the next entry of any replica of the NodeHost, a term change, a
 // bootstrap record), every earlier unsynced one is durable too.
 //
-// Losing a commit-only record (to a power loss) is safe, as engine/raftlog's
-// documentation explains at length: the entries it declares committed were
-// synced earlier (or with it, which syncs it); the term and vote it carries
-// are those of a synced State; after a restart the replica reads an older
-// commit index, never a newer one, and learns the current one from the
-// leader (or by committing an entry of its term as leader). A state machine
-// that persists its own applied index may restart ahead of the commit index
-// read back; dragonboat does not apply those entries again. Nothing in this
-// store changes that reasoning: a record is applied to the index in log
+// Losing a commit-only record (to a power loss, or a crash before it was
+// written out) is safe:
+//
+//   - The entries it declares committed are durable: a replica's commit
+//     index never exceeds the entries it holds, and those were saved by an
+//     earlier synced call, or by this very record, which is then synced
+//     because it has entries.
+//   - The term and vote it carries are durable: a State whose term or vote
+//     changed is always synced, so an unsynced State repeats the term and
+//     vote of a synced one.
+//   - After a restart the replica reads an older commit index, never a
+//     newer one, and learns the current one again: from the leader's
+//     next heartbeat or append, or, if it becomes leader, by committing an
+//     entry of its new term. Committed entries stay committed in Raft
+//     whether or not one replica remembers it. A state machine that
+//     persists its own applied index (baton's does) may restart ahead of
+//     the commit index read back; dragonboat handles that (entries up to
+//     the state machine's index are not applied to it again).
+//
+// Nothing in the file layout changes that reasoning: a record is applied to the index in log
 // order, and the log read back after a power loss is a prefix of the log
 // written (the reader stops at the first invalid record of the last
 // segment, and every earlier segment was synced whole).
@@ -94,8 +121,7 @@
 // its segment, offset and length, in runs of consecutive indexes
 // (runs.go). IterateEntries reads the entries back with pread. Entries
 // above the max index are kept but never returned (dragonboat's rule for a
-// suffix overwritten by a later save at lower indexes, as in
-// engine/raftlog). Entries removed by RemoveEntriesTo or RemoveNodeData
+// suffix overwritten by a later save at lower indexes). Entries removed by RemoveEntriesTo or RemoveNodeData
 // are dropped from the index, and checkpoints carry the point and position
 // of the replica's last removal, so that Open drops them again when it
 // replays an older segment without the retired one that removed them.

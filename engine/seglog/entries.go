@@ -22,14 +22,14 @@ const (
 
 // IterateEntries appends to ents the replica's consecutive entries from
 // low up to (not including) high, and adds their sizes (each entry's
-// SizeUpperLimit, as dragonboat counts them) to size, with engine/raftlog's
-// rules: entries above the max index are never returned; it stops after
+// SizeUpperLimit, as dragonboat counts them) to size, with dragonboat's
+// store's rules: entries above the max index are never returned; it stops after
 // the first entry that takes size past maxSize (so that entry is included);
 // it stops at the first missing index, without an error.
 //
 // Entries are read back from the segment files with pread, several at a
 // time when they sit together. Checking each entry and counting it against
-// maxSize is engine/internal/readback's, which engine/raftlog shares.
+// maxSize is engine/internal/readback's.
 func (l *LogDB) IterateEntries(ents []pb.Entry, size uint64, shardID, replicaID, low, high, maxSize uint64) ([]pb.Entry, uint64, error) {
 	ni := raftio.GetNodeInfo(shardID, replicaID)
 	l.files.RLock()
@@ -120,7 +120,7 @@ func (l *LogDB) readAt(seq uint64, buf []byte, off int64) error {
 
 // RemoveEntriesTo removes the replica's entries with index up to and
 // including index (raftio's contract: (0, index]), with one synced record.
-// The max index is left alone, as in engine/raftlog. Their space is
+// The max index is left alone, as in dragonboat's store. Their space is
 // reclaimed when nothing live is left in their segments (see
 // CompactEntriesTo).
 func (l *LogDB) RemoveEntriesTo(shardID, replicaID, index uint64) error {

@@ -12,8 +12,8 @@ import (
 
 // DirName is the subdirectory of the NodeHost's directory (or of its WAL
 // directory, when it has one) that the store lives in, apart from the
-// other stores' directories (logdb-N for dragonboat's, baton-raftlog for
-// engine/raftlog's).
+// other stores' directories (logdb-N for dragonboat's; baton-raftlog for
+// baton's earlier pebble store, which batond no longer opens).
 const DirName = "baton-seglog"
 
 // Factory creates the store for a NodeHost; it implements

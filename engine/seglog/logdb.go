@@ -22,10 +22,11 @@ import (
 const TypeName = "baton-seglog"
 
 // LogDB is a Raft log store for dragonboat (a raftio.ILogDB) on a log of
-// segment files with an in-memory index, with engine/raftlog's semantics
-// and sync policy (see the package documentation).
+// segment files with an in-memory index, with the semantics of dragonboat's
+// default store except that a save whose only change is a commit index is
+// not synced (see the package documentation).
 //
-// Concurrency: as engine/raftlog.LogDB. Reads (IterateEntries,
+// Concurrency: reads (IterateEntries,
 // ReadRaftState, GetSnapshot, GetBootstrapInfo, ListNodeInfo) may run at any
 // time, alongside anything; writes for different replicas may run at the
 // same time; writes for one replica come one at a time as dragonboat makes
@@ -129,8 +130,7 @@ func Open(dir string, opts Options) (*LogDB, error) {
 func (l *LogDB) Name() string { return TypeName }
 
 // BinaryFormat returns raftio.PlainLogDBBinVersion, the version dragonboat
-// gives a store that keeps one record per entry, as engine/raftlog does;
-// TypeName is what tells the stores apart.
+// gives a store that keeps one record per entry; TypeName is what tells the stores apart.
 func (l *LogDB) BinaryFormat() uint32 { return raftio.PlainLogDBBinVersion }
 
 // Close syncs what was written (so a clean shutdown keeps commit-only

@@ -36,12 +36,12 @@ func newSaveContext() *saveContext {
 // was); otherwise, when the only change is a commit index, it is written
 // but not synced. The package documentation explains why that is safe.
 //
-// As in engine/raftlog (and dragonboat's store): a State equal to the last
+// As in dragonboat's store: a State equal to the last
 // one saved is not written again; a snapshot is saved only if newer than
 // the replica's newest, and then sets the max index to its own index before
 // the update's entries, if any, set it to their highest index. An update
 // whose snapshot is newer than its last entry is an error. These decisions
-// are engine/internal/savecall's, as engine/raftlog's are; this method
+// are engine/internal/savecall's; this method
 // writes what it decides.
 //
 // workerID is dragonboat's 1-based step worker id; calls with the same id
@@ -83,7 +83,7 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 		}
 	}
 	// Entries go after every snapshot of the call, and the max indexes
-	// after every entry, each update's last, as in engine/raftlog.
+	// after every entry, each update's last.
 	changes := call.Changes()
 	var err error
 	for i := range updates {
@@ -139,7 +139,7 @@ func (m *saveMemory) SnapshotIndex(ni raftio.NodeInfo) (uint64, error) {
 }
 
 // ReadRaftState returns the replica's saved State and the range of entries
-// to replay after the snapshot at snapshotIndex, as engine/raftlog does:
+// to replay after the snapshot at snapshotIndex, as dragonboat's store does:
 // FirstIndex is the lowest saved entry index at or above snapshotIndex and
 // EntryCount runs from it to the max index; with no entries past the
 // snapshot (or none at all) FirstIndex is snapshotIndex and EntryCount 0.

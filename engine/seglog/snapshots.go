@@ -11,7 +11,7 @@ import (
 
 // SaveSnapshots saves the snapshot of each update that has one newer than
 // its replica's newest, in one synced record. Unlike a snapshot saved by
-// SaveRaftState it does not move the max index, as in engine/raftlog.
+// SaveRaftState it does not move the max index, as in dragonboat's store.
 // Should a SaveRaftState of the same replica save a snapshot at the same
 // time, the newest of the two wins whichever record comes last.
 func (l *LogDB) SaveSnapshots(updates []pb.Update) error {
@@ -54,7 +54,7 @@ func (l *LogDB) GetSnapshot(shardID, replicaID uint64) (pb.Snapshot, error) {
 }
 
 // ImportSnapshot resets the replica to the imported snapshot, as
-// engine/raftlog does, with one synced record: its snapshot is replaced by
+// dragonboat's store does, with one synced record: its snapshot is replaced by
 // ss (even if older), its bootstrap record says it joins (Join, ss.Type),
 // its State is the snapshot's term with the snapshot's index as commit (no
 // vote), and its max index is the snapshot's index, which hides any entry

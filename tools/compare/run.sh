@@ -40,7 +40,7 @@ go_server() {
 	exec "$@"
 }
 ROUNDS=${ROUNDS:-1}
-ALL_SYSTEMS="baton-1node baton-3nodes baton-1node-1shard baton-3nodes-1shard baton-3nodes-pebble etcd-3nodes redis-always redis-everysec redis-nopersist"
+ALL_SYSTEMS="baton-1node baton-3nodes baton-1node-1shard baton-3nodes-1shard baton-3nodes-dragonboat etcd-3nodes redis-always redis-everysec redis-nopersist"
 SYSTEMS=${SYSTEMS:-$ALL_SYSTEMS}
 for s in $SYSTEMS; do
 	[[ " $ALL_SYSTEMS " == *" $s "* ]] || { echo "SYSTEMS: no system named $s (there are: $ALL_SYSTEMS)" >&2; exit 2; }
@@ -71,10 +71,12 @@ BATON3=(17960 17970 17980)
 # work; the 4-shard systems above keep the columns of earlier runs.
 BATON1S=17990
 BATON3S=(18000 18010 18020)
-# The 1-shard cluster again on engine/raftlog (--raft-log baton, the
-# default before engine/seglog), to measure the pebble Raft log store
-# beside the default one of segment files.
-BATON3P=(18030 18040 18050)
+# The 1-shard cluster again on dragonboat's own Raft log store, in pebble
+# (--raft-log dragonboat, which data dirs from before --raft-log have), to
+# measure it beside the default one of segment files. (Runs before
+# 2026-12-03 had baton's pebble store here, --raft-log baton, as
+# baton-3nodes-pebble; batond no longer has it.)
+BATON3D=(18030 18040 18050)
 
 install_missing() {
 	local want=()
@@ -99,7 +101,7 @@ install_missing() {
 for port in "${ETCD_CLIENT[@]}" "${ETCD_PEER[@]}" $REDIS_ALWAYS $REDIS_EVERYSEC $REDIS_NONE \
 	$BATON1 $((BATON1 + 1)) "${BATON3[@]}" $((BATON3[0] + 1)) $((BATON3[1] + 1)) $((BATON3[2] + 1)) \
 	$BATON1S $((BATON1S + 1)) "${BATON3S[@]}" $((BATON3S[0] + 1)) $((BATON3S[1] + 1)) $((BATON3S[2] + 1)) \
-	"${BATON3P[@]}" $((BATON3P[0] + 1)) $((BATON3P[1] + 1)) $((BATON3P[2] + 1)); do
+	"${BATON3D[@]}" $((BATON3D[0] + 1)) $((BATON3D[1] + 1)) $((BATON3D[2] + 1)); do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 		echo "port 127.0.0.1:$port is in use: stop what listens there first" >&2
 		exit 1
@@ -191,7 +193,7 @@ start_baton baton1 baton-1node 4 "" $BATON1
 start_baton baton3 baton-3nodes 4 "" "${BATON3[@]}"
 start_baton baton1s baton-1node-1shard 1 "" $BATON1S
 start_baton baton3s baton-3nodes-1shard 1 "" "${BATON3S[@]}"
-start_baton baton3p baton-3nodes-pebble 1 baton "${BATON3P[@]}"
+start_baton baton3d baton-3nodes-dragonboat 1 dragonboat "${BATON3D[@]}"
 
 if wanted etcd-3nodes; then
 	etcd_leader=$(timeout 90 "$compare" ready --system etcd --endpoints "$etcd_eps") ||
@@ -218,7 +220,7 @@ ready_baton baton1 baton-1node "127.0.0.1:$BATON1"
 ready_baton baton3 baton-3nodes "127.0.0.1:${BATON3[0]}"
 ready_baton baton1s baton-1node-1shard "127.0.0.1:$BATON1S"
 ready_baton baton3s baton-3nodes-1shard "127.0.0.1:${BATON3S[0]}"
-ready_baton baton3p baton-3nodes-pebble "127.0.0.1:${BATON3P[0]}"
+ready_baton baton3d baton-3nodes-dragonboat "127.0.0.1:${BATON3D[0]}"
 
 manifest=$OUT/manifest.tsv
 : >"$manifest"
@@ -281,7 +283,7 @@ measure_system() {
 	baton-3nodes) measure "$section" "$system" baton_bench "127.0.0.1:${BATON3[0]}" "${bargs[@]}" ;;
 	baton-1node-1shard) measure "$section" "$system" baton_bench "127.0.0.1:$BATON1S" "${bargs[@]}" ;;
 	baton-3nodes-1shard) measure "$section" "$system" baton_bench "127.0.0.1:${BATON3S[0]}" "${bargs[@]}" ;;
-	baton-3nodes-pebble) measure "$section" "$system" baton_bench "127.0.0.1:${BATON3P[0]}" "${bargs[@]}" ;;
+	baton-3nodes-dragonboat) measure "$section" "$system" baton_bench "127.0.0.1:${BATON3D[0]}" "${bargs[@]}" ;;
 	etcd-3nodes) measure "$section" "$system" drive etcd "$etcd_leader" "${dargs[@]}" ;;
 	redis-always) measure "$section" "$system" drive redis "127.0.0.1:$REDIS_ALWAYS" "${dargs[@]}" ;;
 	redis-everysec) measure "$section" "$system" drive redis "127.0.0.1:$REDIS_EVERYSEC" "${dargs[@]}" ;;

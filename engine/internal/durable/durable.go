@@ -1,6 +1,5 @@
 // Package durable holds the few file-system steps that baton's Raft log
-// stores (engine/raftlog, engine/seglog) both take to make a file or a
-// directory survive a power loss, written against pebble's vfs.FS so that
+// store (engine/seglog) takes to make a file or a directory survive a power loss, written against pebble's vfs.FS so that
 // tests can drop unsynced writes (vfs.NewStrictMem).
 package durable
 

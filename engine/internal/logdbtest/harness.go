@@ -1,6 +1,7 @@
-// Package logdbtest holds the behavioural tests that every baton Raft log
-// store (engine/raftlog, engine/seglog) must pass, so that both are held to
-// the same semantics and sync policy by the same code. A store's package
+// Package logdbtest holds the behavioural tests that a baton Raft log store
+// (engine/seglog) must pass: dragonboat's semantics and baton's sync
+// policy, written apart from the store so that another store (as
+// engine/raftlog was) is held to them by the same code. A store's package
 // test calls Run with a Harness that opens the store and reaches into it
 // where a test needs to.
 package logdbtest

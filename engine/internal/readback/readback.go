@@ -1,10 +1,9 @@
 // Package readback builds what IterateEntries returns in baton's Raft log
-// stores (engine/raftlog reads entries back from pebble, engine/seglog
-// from its segment files): each entry read back is decoded, checked to be
-// the one expected, and counted against maxSize by dragonboat's rules.
-// Those rules are what dragonboat's LogReader relies on, so both stores
-// must keep them to the letter; one copy of them keeps the stores from
-// differing.
+// store (engine/seglog reads entries back from its segment files): each
+// entry read back is decoded, checked to be the one expected, and counted
+// against maxSize by dragonboat's rules. Those rules are what dragonboat's
+// LogReader relies on, so a store must keep them to the letter; they are
+// kept here, apart from the file format, with tests of their own.
 //
 // Dragonboat's rules: entries are consecutive from low; each adds its
 // SizeUpperLimit to the size (not its encoded size); the entry that takes

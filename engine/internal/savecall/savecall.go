@@ -1,17 +1,17 @@
-// Package savecall makes the decisions of a SaveRaftState call that baton's
-// two Raft log stores (engine/raftlog, engine/seglog) share: which of each
-// update's State and snapshot to write, what each update changes for its
-// replica, and whether the call must be synced. Each store writes what is
-// decided in its own format (a pebble batch, a segment record) and tells
-// the package what it remembers of its replicas from before the call
-// (Memory). Saves counts the calls that wrote something, and times them for
-// whoever watches the store (the node's metrics).
+// Package savecall makes the decisions of a SaveRaftState call for baton's
+// Raft log store (engine/seglog): which of each update's State and snapshot
+// to write, what each update changes for its replica, and whether the call
+// must be synced. The store writes what is decided in its own format (a
+// segment record) and tells the package what it remembers of its replicas
+// from before the call (Memory). Saves counts the calls that wrote
+// something, and times them for whoever watches the store (the node's
+// metrics).
 //
-// The decisions are the sync policy that both stores document, and the
-// safety of skipping a sync rests on them (engine/raftlog's package
-// documentation gives the argument). Two copies of the rules could drift
-// apart and one store would then sync less than the argument assumes; one
-// copy cannot.
+// The decisions are the sync policy the store documents, and the safety of
+// skipping a sync rests on them (engine/seglog's package documentation
+// gives the argument). They are kept apart from the store's file format so
+// that they can be read, and tested, on their own (two stores shared them
+// while engine/raftlog existed).
 //
 // The rules, as in dragonboat's store except for the sync:
 //

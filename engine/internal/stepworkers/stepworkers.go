@@ -1,5 +1,5 @@
 // Package stepworkers gives each of dragonboat's step workers a context of
-// its own for the Raft log stores (engine/raftlog, engine/seglog):
+// its own for baton's Raft log store (engine/seglog):
 // dragonboat calls SaveRaftState from one goroutine per step worker, with
 // the worker's 1-based id, so a store can keep a batch or buffer per
 // worker, reused after each save, and never allocate or contend for one.
