@@ -41,6 +41,7 @@ type fakeServer struct {
 	clusterAsks   int                        // C - received
 	clusterSeen   chan struct{}              // closed (and replaced) on every C -
 	ended         map[net.Conn]chan struct{} // closed when the client closes the connection (or it fails)
+	frozen        map[net.Conn]bool          // connections whose heartbeats go unanswered (freeze)
 }
 
 type fakeLine struct {
@@ -70,6 +71,7 @@ func serveFake(t *testing.T, ln net.Listener) *fakeServer {
 		t: t, ln: ln, lines: make(chan fakeLine, 1024),
 		heartbeats: make(map[net.Conn]int), heartbeatSeen: make(chan struct{}),
 		clusterSeen: make(chan struct{}), ended: make(map[net.Conn]chan struct{}),
+		frozen: make(map[net.Conn]bool),
 	}
 	go func() {
 		for {
@@ -115,8 +117,9 @@ func (s *fakeServer) heartbeat(nc net.Conn) {
 	s.heartbeats[nc]++
 	close(s.heartbeatSeen)
 	s.heartbeatSeen = make(chan struct{})
+	frozen := s.frozen[nc]
 	s.mu.Unlock()
-	if !s.hung.Load() {
+	if !s.hung.Load() && !frozen {
 		// The client may have closed nc meanwhile; the test does not care.
 		_, _ = nc.Write([]byte(heartbeatLine + " FREE\n"))
 	}
@@ -245,6 +248,30 @@ func (s *fakeServer) waitEnded(nc net.Conn) {
 	case <-time.After(5 * time.Second):
 		s.t.Fatalf("fake server: the client did not close its connection %v within 5s", nc.RemoteAddr())
 	}
+}
+
+// freeze makes nc play a hung server: its heartbeats go unanswered (what
+// else it gets is the test's to answer, or not).
+func (s *fakeServer) freeze(nc net.Conn) {
+	s.mu.Lock()
+	s.frozen[nc] = true
+	s.mu.Unlock()
+}
+
+// openCount is the number of accepted connections whose stream has not
+// ended.
+func (s *fakeServer) openCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, nc := range s.conns {
+		select {
+		case <-s.ended[nc]:
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // accepted returns the connections accepted so far.

@@ -30,12 +30,14 @@ def plain(server: FakeServer, line: str) -> list[str]:
 
 
 class FakeServer:
-    def __init__(self, name: str, script: Script = plain) -> None:
+    """Serves on a free port of 127.0.0.1, or on port (a server coming back)."""
+
+    def __init__(self, name: str, script: Script = plain, port: int = 0) -> None:
         self.name = name
         self.script = script
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
+        self.listener.bind(("127.0.0.1", port))
         self.listener.listen(64)
         self.addr = f"127.0.0.1:{self.listener.getsockname()[1]}"
         self.mu = threading.Lock()
@@ -76,7 +78,7 @@ class FakeServer:
                         continue
                     with self.mu:
                         self.lines.append(line)
-                    for ans in self.script(self, line):
+                    for ans in self.answer(c, line):
                         out += ans.encode() + b"\n"
                 if out:
                     c.sendall(out)
@@ -88,6 +90,11 @@ class FakeServer:
                     self.conns.remove(c)
             with contextlib.suppress(OSError):
                 c.close()
+
+    def answer(self, conn: socket.socket, line: str) -> list[str]:
+        """The answer lines to a request that came on conn: the script's. A subclass may
+        answer (or cut conn) itself and return none."""
+        return self.script(self, line)
 
     def count(self, prefix: str) -> int:
         """How many request lines starting with prefix came in."""
