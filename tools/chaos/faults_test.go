@@ -43,7 +43,7 @@ func TestDrawSchedule(t *testing.T) {
 			t.Errorf("out of bounds: %v", f)
 		}
 		seen[f.Kind] = true
-		planned += f.Before + f.Hold + faultCost(f.Kind)
+		planned += f.Before + f.Hold
 	}
 	if planned < 30*time.Minute || len(s) > maxFaults {
 		t.Errorf("%d faults planned for %v, want at least 30m and at most %d faults", len(s), planned, maxFaults)
@@ -62,10 +62,11 @@ func TestDrawSchedule(t *testing.T) {
 func TestDrawScheduleWithoutMembership(t *testing.T) {
 	s := DrawSchedule(rand.New(rand.NewPCG(1796119039556610740, 0)), 20*time.Second, false)
 	// As drawn by the schedule of commit 946e700, before the membership
-	// faults: the third is the isolate-leader that found a bug.
+	// faults (which drew these four only): the third is the isolate-leader
+	// that found a bug.
 	want := []FaultKind{IsolateFollower, CutToLeader, IsolateLeader, CutFromLeader}
 	var got []FaultKind
-	for _, f := range s {
+	for _, f := range s[:min(len(s), len(want))] {
 		got = append(got, f.Kind)
 	}
 	if !reflect.DeepEqual(got, want) {

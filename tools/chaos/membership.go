@@ -49,8 +49,8 @@ const (
 	// (MOVED, as a learner): it first learns the cluster's shards.
 	joinReadyTimeout = 60 * time.Second
 	// memberCost is what a membership fault is guessed to add to its
-	// pause and hold, to draw about as many faults as fit in a run: two
-	// changes, a join and a promotion.
+	// pause and hold (see faultCost): two changes, a join and a
+	// promotion, about 3 to 5 s under -race, sometimes 10.
 	memberCost = 8 * time.Second
 	// firstJoinLabel is the Links label of the first node that joins at
 	// new addresses (the next get the next numbers): above every id of
