@@ -177,12 +177,9 @@ func ParseResponse(line []byte, r *Response) error {
 				return ErrRespValue
 			}
 		case OpCluster, OpMember:
-			value := bytes.Trim(line[fs.end[2]:], " ")
-			if !isText(value) {
+			var ok bool
+			if r.Value, ok = restOfLine(line, fs.end[2]); !ok {
 				return ErrRespValue
-			}
-			if len(value) > 0 {
-				r.Value = value
 			}
 			return nil
 		}
@@ -212,12 +209,8 @@ func ParseResponse(line []byte, r *Response) error {
 			return ErrRespValue
 		}
 		r.Code = f[3]
-		text := bytes.Trim(line[fs.end[3]:], " ")
-		if !isText(text) {
+		if r.Text, ok = restOfLine(line, fs.end[3]); !ok {
 			return ErrRespValue
-		}
-		if len(text) > 0 {
-			r.Text = text
 		}
 		return nil
 	}
@@ -225,4 +218,18 @@ func ParseResponse(line []byte, r *Response) error {
 		return ErrRespExtraField
 	}
 	return nil
+}
+
+// restOfLine is what follows the field ending at end, the spaces around it
+// dropped (nil when nothing does), and whether it is text without control
+// bytes: ERR's text, and the value of C OK and M OK.
+func restOfLine(line []byte, end int) ([]byte, bool) {
+	rest := bytes.Trim(line[end:], " ")
+	if !isText(rest) {
+		return nil, false
+	}
+	if len(rest) == 0 {
+		return nil, true
+	}
+	return rest, true
 }

@@ -50,6 +50,8 @@ const (
 	// after it learned so: time for the change to finish, then it exits
 	// (PROTOCOL.md: within 30 s).
 	removedExit = 20 * time.Second
+	// changeRetryPause spaces two tries of one step of a change in a shard.
+	changeRetryPause = 50 * time.Millisecond
 )
 
 // Verbs of M.
@@ -286,7 +288,8 @@ func (n *Node) memberChange(cs *connState, verb string, args []string) *codec.Re
 		return refuse("the cluster version is %d and membership changes need %d: every member must run a build of level %d or later first (baton status shows the cluster version)",
 			v, sm.LevelMembership, sm.LevelMembership)
 	}
-	if c := n.view().Change; c != nil && !c.is(n.view(), verb, args) {
+	if d := n.view(); d.Change != nil && !d.Change.is(d, verb, args) {
+		c := d.Change
 		return refuse("a membership change is under way (%s of member %d): retry once it is done", c.Kind, c.ID)
 	}
 	if !n.changeMu.TryLock() {
@@ -578,6 +581,8 @@ func (n *Node) changeShard(ctx context.Context, shard uint64, c *change, m membe
 		mem, err := n.nh.SyncGetShardMembership(rctx, shard)
 		cancel()
 		if err != nil {
+			// It may fail at once (a busy or closing NodeHost): not a spin.
+			time.Sleep(changeRetryPause)
 			continue
 		}
 		_, voter := mem.Nodes[c.ID]
@@ -600,15 +605,15 @@ func (n *Node) changeShard(ctx context.Context, shard uint64, c *change, m membe
 			}
 			if n.shardLedBy(shard, c.ID) && n.live(ctx, c.ID) {
 				// It hands its shards over as it learns of the change
-				// (onView); a leader removing itself would leave the
+				// (ownFate); a leader removing itself would leave the
 				// shard without one for an election.
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(changeRetryPause)
 				continue
 			}
 			rs, err = n.nh.RequestDeleteReplica(shard, c.ID, mem.ConfigChangeID, requestTimeout)
 		}
 		if err != nil {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(changeRetryPause)
 			continue
 		}
 		if _, stopped := n.completed(rs); stopped {
