@@ -52,6 +52,10 @@ const (
 	removedExit = 20 * time.Second
 	// changeRetryPause spaces two tries of one step of a change in a shard.
 	changeRetryPause = 50 * time.Millisecond
+	// cutOffAsk is how long this node must have known no leader of shard
+	// 1 before it asks the other members whether it was removed
+	// (askFate), and how often it asks again while that lasts.
+	cutOffAsk = 5 * time.Second
 )
 
 // Verbs of M.
@@ -548,7 +552,10 @@ func (n *Node) finishChange(ctx context.Context) error {
 		return nil
 	}
 	m, _ := d.member(c.ID)
-	for _, s := range n.shards {
+	for i, s := range n.shards {
+		if i > 0 {
+			n.failpoint(failBetweenShards)
+		}
 		if err := n.changeShard(ctx, s.id, c, m); err != nil {
 			return fmt.Errorf("shard %d: %w", s.id, err)
 		}
@@ -640,6 +647,7 @@ func (n *Node) runMembership() {
 	t := time.NewTicker(membershipInterval)
 	defer t.Stop()
 	var leaving time.Time // when this node learned that it is being removed
+	var cutOff cutOffWatch
 	for {
 		select {
 		case <-n.stopC:
@@ -649,6 +657,9 @@ func (n *Node) runMembership() {
 		}
 		d := n.view()
 		if n.ownFate(d, &leaving) {
+			return
+		}
+		if cutOff.due(n.shards[0].stats.leaderID.Load() == 0, time.Now()) && n.askFate(d) {
 			return
 		}
 		if n.coordinating() {
@@ -694,6 +705,73 @@ func (n *Node) ownFate(d *directory, leaving *time.Time) bool {
 		}
 	}
 	return false
+}
+
+// A node can be removed without ever applying the directory write that
+// says so: down or cut off while the change was made, it comes back to
+// shards whose leaders no longer send it anything. It then knows no leader
+// of shard 1 for good, so after cutOffAsk of that it asks the members it
+// knows (M - WHOIS, as a fresh start does: probe.go) and leaves when one
+// of them says it was removed. A node cut off by a partition asks too,
+// gets no answer or "member", and stays.
+
+// cutOffWatch says when a node that knows no leader of shard 1 asks about
+// its fate: once it has known none for cutOffAsk, then every cutOffAsk.
+type cutOffWatch struct {
+	since, asked time.Time // when it last knew no leader; when it last asked
+}
+
+// due records whether the node knows no leader at now, and reports
+// whether it should ask now.
+func (w *cutOffWatch) due(leaderless bool, now time.Time) bool {
+	if !leaderless {
+		w.since = time.Time{}
+		return false
+	}
+	if w.since.IsZero() {
+		w.since = now
+	}
+	if now.Sub(w.since) < cutOffAsk || now.Sub(w.asked) < cutOffAsk {
+		return false
+	}
+	w.asked = now
+	return true
+}
+
+// askFate asks the other members of d, and the data dir's peers, what
+// they know of this node, and fails the node (true) when one says it was
+// removed.
+func (n *Node) askFate(d *directory) bool {
+	asked := map[string]bool{}
+	for _, addr := range n.fateAddrs(d) {
+		if asked[addr] {
+			continue
+		}
+		asked[addr] = true
+		if n.whois(addr) == whoisRemoved {
+			n.leaving.Store(true)
+			n.fail(fmt.Errorf("%w: this node was member %d, and %s says it was removed while this node was cut off; its data dir cannot serve again (to bring the machine back: baton member add, then batond --join with an empty data dir)", ErrRemoved, n.cfg.ID, addr))
+			return true
+		}
+	}
+	return false
+}
+
+// fateAddrs is where askFate asks: the client addresses of d's other
+// members, then those of the data dir's peers.
+func (n *Node) fateAddrs(d *directory) []string {
+	var addrs []string
+	for _, m := range d.Members {
+		if m.ID != n.cfg.ID {
+			addrs = append(addrs, m.Client)
+		}
+	}
+	for i, p := range n.cfg.Peers {
+		if uint64(i+1) != n.cfg.ID {
+			addrs = append(addrs, p.ClientAddr)
+		}
+	}
+	return addrs
 }
 
 // coordinating reports whether this node leads shard 1 and serves it.
@@ -770,6 +848,7 @@ func (n *Node) reportCaughtUp(d *directory) {
 	if behind.Load() {
 		return
 	}
+	n.failpoint(failBeforeReady)
 	nd := d.clone()
 	i := slices.IndexFunc(nd.Members, func(m member) bool { return m.ID == n.cfg.ID })
 	nd.Members[i].Ready = true

@@ -1,9 +1,16 @@
 package engine
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/codec"
 	sm "github.com/baton-dev/baton/statemachine"
@@ -151,4 +158,89 @@ func TestMembershipChangeUnderWay(t *testing.T) {
 	if v := n.shards[0].stats.clusterVersion.Load(); v != sm.FeatureLevel {
 		t.Errorf("cluster version %d", v)
 	}
+}
+
+// TestCutOffWatch: a node asks about its fate once it has known no
+// leader of shard 1 for cutOffAsk, then every cutOffAsk while that lasts,
+// and starts counting again after it knew one.
+func TestCutOffWatch(t *testing.T) {
+	var w cutOffWatch
+	t0 := time.Unix(1000, 0)
+	steps := []struct {
+		leaderless bool
+		at         time.Duration
+		want       bool
+	}{
+		{false, 0, false},
+		{true, time.Second, false}, // counting from here
+		{true, time.Second + cutOffAsk - 1, false},
+		{true, time.Second + cutOffAsk, true}, // asks
+		{true, time.Second + cutOffAsk + 1, false},
+		{true, time.Second + 2*cutOffAsk, true}, // asks again
+		{false, 20 * time.Second, false},        // a leader: starts over
+		{true, 21 * time.Second, false},
+		{true, 21*time.Second + cutOffAsk, true},
+	}
+	for i, st := range steps {
+		if got := w.due(st.leaderless, t0.Add(st.at)); got != st.want {
+			t.Errorf("step %d (leaderless %v at %v): due %v, want %v", i, st.leaderless, st.at, got, st.want)
+		}
+	}
+}
+
+// TestAskFate: a node asks the members it knows, then its data dir's
+// peers, each once, and fails with ErrRemoved when one says it was
+// removed; "member" or no answer keeps it running.
+func TestAskFate(t *testing.T) {
+	for _, answer := range []string{whoisMember, whoisRemoved, ""} {
+		t.Run("answer "+answer, func(t *testing.T) {
+			addr := fakeWhois(t, answer)
+			n := &Node{cfg: Config{ID: 2, Peers: []Peer{{"r1", addr}, {"r2", "127.0.0.1:1"}}}, failed: make(chan error, 1), log: slog.New(slog.DiscardHandler)}
+			d := &directory{Members: []member{{ID: 1, Client: addr}, {ID: 2, Client: "127.0.0.1:1"}}}
+			if got := n.fateAddrs(d); !slices.Equal(got, []string{addr, addr}) {
+				t.Errorf("fateAddrs: %v, want %v twice", got, addr)
+			}
+			done := n.askFate(d)
+			if want := answer == whoisRemoved; done != want {
+				t.Fatalf("askFate with %q: %v, want %v", answer, done, want)
+			}
+			select {
+			case err := <-n.failed:
+				if !done || !errors.Is(err, ErrRemoved) {
+					t.Errorf("failed with %v", err)
+				}
+			default:
+				if done {
+					t.Error("askFate said done but the node did not fail")
+				}
+			}
+		})
+	}
+}
+
+// fakeWhois serves one answer to M - WHOIS on a local port (no answer at
+// all for ""), for each connection, and returns its address.
+func fakeWhois(t *testing.T, answer string) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, err := bufio.NewReader(c).ReadString('\n')
+				if err != nil || !strings.HasPrefix(line, "M - WHOIS 2") || answer == "" {
+					return
+				}
+				fmt.Fprintf(c, "M - OK %s\n", answer)
+			}()
+		}
+	}()
+	return l.Addr().String()
 }

@@ -278,13 +278,14 @@ var newNodeHost = dragonboat.NewNodeHost
 // second registration of a name panics).
 func (n *Node) nodeHostConfig(metrics bool) config.NodeHostConfig {
 	nhc := config.NodeHostConfig{
-		NodeHostDir:       filepath.Join(n.cfg.DataDir, raftDir),
-		RTTMillisecond:    uint64(n.cfg.RTT / time.Millisecond),
-		RaftAddress:       n.cfg.self().RaftAddr,
-		ListenAddress:     n.cfg.raftListen(),
-		RaftEventListener: n,
-		EnableMetrics:     metrics, // dragonboat's series, in the library's default set (/metrics)
-		Expert:            raftStorageConfig(n.cfg.RaftLog, n.metrics.raftLogSaved),
+		NodeHostDir:         filepath.Join(n.cfg.DataDir, raftDir),
+		RTTMillisecond:      uint64(n.cfg.RTT / time.Millisecond),
+		RaftAddress:         n.cfg.self().RaftAddr,
+		ListenAddress:       n.cfg.raftListen(),
+		RaftEventListener:   n,
+		SystemEventListener: snapshotSends{n},
+		EnableMetrics:       metrics, // dragonboat's series, in the library's default set (/metrics)
+		Expert:              raftStorageConfig(n.cfg.RaftLog, n.metrics.raftLogSaved),
 	}
 	if f := nhc.Expert.LogDBFactory; f != nil {
 		nhc.Expert.LogDBFactory = &keptLogDB{LogDBFactory: f, node: n}
@@ -328,8 +329,13 @@ func (n *Node) replicaConfig(shard uint64, learner bool) config.Config {
 		// A membership change names the one it follows, so that two
 		// racing changes cannot both apply (membership.go).
 		OrderedConfigChange: true,
-		SnapshotEntries:     n.cfg.SnapshotEntries,
-		CompactionOverhead:  keptAfterSnapshot(n.cfg.SnapshotEntries),
+		// The engine takes every snapshot itself, after SnapshotEntries
+		// entries as after SnapshotBytes, and none while it streams one to
+		// a replica that catches up (snapshots.go): 0 turns dragonboat's
+		// own off. The overhead is what a replica keeps of its log after
+		// it recovered from a snapshot.
+		SnapshotEntries:    0,
+		CompactionOverhead: keptAfterSnapshot(n.cfg.SnapshotEntries),
 	}
 }
 

@@ -85,6 +85,11 @@ type shard struct {
 	// logged: the entries applied since the last snapshot the engine
 	// asked for (snapshots.go).
 	logged logSince
+	// sends: the snapshots this replica streams to others, by replica,
+	// with when each started; the log is not compacted while one is under
+	// way, nor until heldUntil after the last one ended (snapshots.go).
+	sends     map[uint64]time.Time
+	heldUntil time.Time
 
 	// inflightCmds: the commands of the proposals in inflight, which with
 	// those of pending is what MaxPendingCommands bounds.
@@ -120,7 +125,7 @@ type shard struct {
 	proposeMu   sync.Mutex          // orders Propose calls: see Node.proposePending
 	kick        chan struct{}       // wakes the proposer
 	timerKick   chan struct{}       // wakes the timer goroutine: an earlier deadline
-	snapKick    chan struct{}       // wakes the snapshotter: the log took in SnapshotBytes (snapshots.go)
+	snapKick    chan struct{}       // wakes the snapshotter: the log took in SnapshotBytes or SnapshotEntries (snapshots.go)
 	results     chan inflightResult // proposals for the watcher; never full when a proposer sends
 	inFlight    atomic.Int64        // proposals sent to results whose outcome the watcher has not taken
 	resultsFull atomic.Bool         // a proposer stopped at MaxProposalsInFlight: the watcher kicks it

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lni/dragonboat/v4"
+	"github.com/lni/dragonboat/v4/raftio"
 )
 
 // Dragonboat takes a snapshot of a shard, and compacts its Raft log, every
@@ -23,7 +24,24 @@ import (
 // checkpoint of the changed rows; dragonboat then compacts the log up to a
 // little before it, keeping about a quarter of SnapshotBytes of entries
 // (snapshotOverhead) so that a follower a little behind catches up from the
-// log rather than from a snapshot of the whole table.
+// log rather than from a snapshot of the whole table. The engine counts
+// entries too, and takes dragonboat's place for the snapshot every
+// SnapshotEntries (its own are turned off: replicaConfig), so that every
+// compaction of the log goes through runSnapshots.
+//
+// A replica too far behind (a new member, one that was down) gets a
+// snapshot streamed from the leader at the leader's applied index, and
+// then needs the log from just after it. If the leader compacted its log
+// past that point meanwhile, as a busy shard with a big table does while
+// the stream takes seconds, the replica needs another snapshot, and can
+// loop so, a snapshot after another (measured: 20 snapshots of a table of
+// 100,000 locks for one member to join, with --snapshot-entries 20 under
+// 3,000 cycles/s; one since). So a leader takes no snapshot, and compacts
+// nothing, while it streams a snapshot, nor for a while after (sendEnded:
+// the receiver still has to apply it, which takes about as long):
+// dragonboat's system events say when a stream starts and ends
+// (snapshotSends). The log grows for that time instead, bounded by
+// maxSendHold.
 
 const (
 	// snapshotTimeout bounds one requested snapshot.
@@ -32,6 +50,17 @@ const (
 	// of its own snapshots under way, the shard not ready): every applied
 	// entry kicks the snapshotter while the count is over the bound.
 	snapshotRetry = 100 * time.Millisecond
+	// minSendHold is the least time the log is kept whole after a
+	// snapshot stream ended: the receiver applies it, then asks for the
+	// entries after it. Applying takes about as long as the stream took,
+	// and the log is held for twice that when it is longer.
+	minSendHold = 3 * time.Second
+	// maxSendHold bounds how long one stream holds the log, even if its
+	// end is never reported.
+	maxSendHold = 10 * time.Minute
+	// heldRetry is how often the snapshotter looks again at a log that
+	// a stream holds.
+	heldRetry = time.Second
 )
 
 // snapshotter is the part of dragonboat's NodeHost that takes snapshots on
@@ -47,22 +76,35 @@ type logSince struct {
 }
 
 // countLogged adds an applied entry of size bytes to the shard's log count
-// and wakes the snapshotter once the count reaches SnapshotBytes. s.mu is
+// and wakes the snapshotter once the count is due (snapshotDue). s.mu is
 // held.
 func (s *shard) countLogged(size int) {
 	s.logged.bytes += uint64(size)
 	s.logged.entries++
-	if s.logged.bytes >= s.node.cfg.SnapshotBytes {
-		select {
-		case s.snapKick <- struct{}{}:
-		default:
-		}
+	if s.node.snapshotDue(s.logged) {
+		s.kickSnapshots()
 	}
 }
 
-// runSnapshots asks for a snapshot of s whenever countLogged says its log
-// took in SnapshotBytes; it is the only goroutine that does, so requests
-// never overlap.
+// kickSnapshots wakes the snapshotter.
+func (s *shard) kickSnapshots() {
+	select {
+	case s.snapKick <- struct{}{}:
+	default:
+	}
+}
+
+// snapshotDue says whether a log that took in since is due a snapshot:
+// SnapshotBytes or SnapshotEntries since the last (a bound of 0, in a
+// unit test's node, is none).
+func (n *Node) snapshotDue(since logSince) bool {
+	return (n.cfg.SnapshotBytes > 0 && since.bytes >= n.cfg.SnapshotBytes) ||
+		(n.cfg.SnapshotEntries > 0 && since.entries >= n.cfg.SnapshotEntries)
+}
+
+// runSnapshots asks for a snapshot of s whenever countLogged says one is
+// due and no stream holds the log; it is the only goroutine that does, so
+// requests never overlap.
 func (n *Node) runSnapshots(s *shard) {
 	for {
 		select {
@@ -71,21 +113,119 @@ func (n *Node) runSnapshots(s *shard) {
 		case <-s.snapKick:
 		}
 		s.mu.Lock()
-		since := s.logged
+		since, held := s.logged, s.holdsLog(time.Now())
 		s.mu.Unlock()
-		if since.bytes < n.cfg.SnapshotBytes {
+		if !n.snapshotDue(since) {
 			continue // counted down by a snapshot since the kick
 		}
-		if err := n.requestSnapshot(s, since); err != nil {
-			n.log.Debug("snapshot by log size", "shard", s.id, "bytes", since.bytes, "entries", since.entries, "err", err)
+		pause := time.Duration(0)
+		if held {
+			n.log.Debug("snapshot put off: a snapshot stream holds the log", "shard", s.id, "bytes", since.bytes, "entries", since.entries)
+			pause = heldRetry
+		} else if err := n.requestSnapshot(s, since); err != nil {
+			n.log.Debug("snapshot", "shard", s.id, "bytes", since.bytes, "entries", since.entries, "err", err)
+			pause = snapshotRetry
+		}
+		if pause > 0 {
 			select {
 			case <-n.stopC:
 				return
-			case <-time.After(snapshotRetry):
+			case <-time.After(pause):
+				s.kickSnapshots() // still due, whether or not entries come
 			}
 		}
 	}
 }
+
+// holdsLog reports whether a snapshot stream holds s's log at now, and
+// forgets streams older than maxSendHold. s.mu is held.
+func (s *shard) holdsLog(now time.Time) bool {
+	for r, start := range s.sends {
+		if now.Sub(start) > maxSendHold {
+			delete(s.sends, r)
+		}
+	}
+	return len(s.sends) > 0 || now.Before(s.heldUntil)
+}
+
+// sendStarted records that this replica streams a snapshot of s to
+// replica.
+func (s *shard) sendStarted(replica uint64, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sends == nil {
+		s.sends = map[uint64]time.Time{}
+	}
+	s.sends[replica] = now
+}
+
+// sendEnded records the end of the stream to replica: the log stays held
+// for minSendHold, or twice as long as the stream took if that is longer,
+// when it was received; not at all when it failed (the next try starts
+// anew).
+func (s *shard) sendEnded(replica uint64, received bool, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start, ok := s.sends[replica]
+	if !ok {
+		return
+	}
+	delete(s.sends, replica)
+	if received {
+		if until := now.Add(max(minSendHold, 2*now.Sub(start))); until.After(s.heldUntil) {
+			s.heldUntil = until
+		}
+	}
+}
+
+// snapshotSends hears from dragonboat when this node starts and ends
+// streaming a snapshot to a replica (its raftio.ISystemEventListener); it
+// ignores the other events.
+type snapshotSends struct{ n *Node }
+
+func (l snapshotSends) shard(id uint64) *shard {
+	if id < 1 || id > uint64(len(l.n.shards)) {
+		return nil
+	}
+	return l.n.shards[id-1]
+}
+
+// SendSnapshotStarted implements raftio.ISystemEventListener.
+func (l snapshotSends) SendSnapshotStarted(info raftio.SnapshotInfo) {
+	if s := l.shard(info.ShardID); s != nil {
+		s.sendStarted(info.ReplicaID, time.Now())
+	}
+}
+
+// SendSnapshotCompleted implements raftio.ISystemEventListener.
+func (l snapshotSends) SendSnapshotCompleted(info raftio.SnapshotInfo) {
+	if s := l.shard(info.ShardID); s != nil {
+		s.sendEnded(info.ReplicaID, true, time.Now())
+	}
+}
+
+// SendSnapshotAborted implements raftio.ISystemEventListener.
+func (l snapshotSends) SendSnapshotAborted(info raftio.SnapshotInfo) {
+	if s := l.shard(info.ShardID); s != nil {
+		s.sendEnded(info.ReplicaID, false, time.Now())
+	}
+}
+
+// The other events of raftio.ISystemEventListener: not used.
+
+func (snapshotSends) NodeHostShuttingDown()                       {}
+func (snapshotSends) NodeUnloaded(raftio.NodeInfo)                {}
+func (snapshotSends) NodeDeleted(raftio.NodeInfo)                 {}
+func (snapshotSends) NodeReady(raftio.NodeInfo)                   {}
+func (snapshotSends) MembershipChanged(raftio.NodeInfo)           {}
+func (snapshotSends) ConnectionEstablished(raftio.ConnectionInfo) {}
+func (snapshotSends) ConnectionFailed(raftio.ConnectionInfo)      {}
+func (snapshotSends) SnapshotReceived(raftio.SnapshotInfo)        {}
+func (snapshotSends) SnapshotRecovered(raftio.SnapshotInfo)       {}
+func (snapshotSends) SnapshotCreated(raftio.SnapshotInfo)         {}
+func (snapshotSends) SnapshotCompacted(raftio.SnapshotInfo)       {}
+func (snapshotSends) LogCompacted(raftio.EntryInfo)               {}
+func (snapshotSends) LogDBCompacted(raftio.EntryInfo)             {}
 
 // requestSnapshot asks dragonboat for a snapshot of s and waits for it. On
 // success the entries counted before the request are counted down; those

@@ -28,28 +28,120 @@ func TestSnapshotOverhead(t *testing.T) {
 	}
 }
 
-// The snapshotter is woken once the count reaches the limit, not before.
+// The snapshotter is woken once the count reaches either limit, bytes or
+// entries, not before.
 func TestCountLoggedKicksAtTheLimit(t *testing.T) {
-	s := testShard(t)
-	s.node.cfg.SnapshotBytes = 1000
-	kicked := func() bool {
-		select {
-		case <-s.snapKick:
-			return true
-		default:
-			return false
+	for _, tt := range []struct {
+		name             string
+		bytes, entries   uint64
+		sizes            []int
+		kickedAfterEvery []bool
+	}{
+		{"bytes", 1000, 100, []int{600, 400}, []bool{false, true}},
+		{"entries", 1 << 30, 3, []int{1, 1, 1}, []bool{false, false, true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := testShard(t)
+			s.node.cfg.SnapshotBytes, s.node.cfg.SnapshotEntries = tt.bytes, tt.entries
+			for i, size := range tt.sizes {
+				s.countLogged(size)
+				kicked := false
+				select {
+				case <-s.snapKick:
+					kicked = true
+				default:
+				}
+				if kicked != tt.kickedAfterEvery[i] {
+					t.Fatalf("after entry %d (%+v counted, bounds %d bytes, %d entries): kicked %v", i+1, s.logged, tt.bytes, tt.entries, kicked)
+				}
+			}
+		})
+	}
+}
+
+// A snapshot stream to a replica holds the log while it runs and, once
+// received, for minSendHold or twice as long as it took; a failed one holds it
+// no longer; a stream whose end never comes holds it for maxSendHold.
+func TestSnapshotSendsHoldTheLog(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	type step struct {
+		do   func(s *shard)
+		at   time.Duration
+		held bool
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"received quickly: held minSendHold after", []step{
+			{func(s *shard) { s.sendStarted(4, at(0)) }, time.Second, true},
+			{func(s *shard) { s.sendEnded(4, true, at(time.Second)) }, time.Second + minSendHold - 1, true},
+			{nil, time.Second + minSendHold, false},
+		}},
+		{"received slowly: held twice as long again", []step{
+			{func(s *shard) { s.sendStarted(4, at(0)) }, time.Minute, true},
+			{func(s *shard) { s.sendEnded(4, true, at(time.Minute)) }, 3*time.Minute - 1, true},
+			{nil, 3 * time.Minute, false},
+		}},
+		{"failed: not held", []step{
+			{func(s *shard) { s.sendStarted(4, at(0)) }, time.Second, true},
+			{func(s *shard) { s.sendEnded(4, false, at(2*time.Second)) }, 2 * time.Second, false},
+		}},
+		{"two streams: held until both are done", []step{
+			{func(s *shard) { s.sendStarted(4, at(0)); s.sendStarted(5, at(0)) }, time.Second, true},
+			{func(s *shard) { s.sendEnded(4, false, at(time.Second)) }, time.Second, true},
+			{func(s *shard) { s.sendEnded(5, false, at(time.Second)) }, time.Second, false},
+		}},
+		{"an end never reported: held maxSendHold", []step{
+			{func(s *shard) { s.sendStarted(4, at(0)) }, maxSendHold, true},
+			{nil, maxSendHold + 1, false},
+		}},
+		{"an end without a start: not held", []step{
+			{func(s *shard) { s.sendEnded(4, true, at(0)) }, time.Second, false},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := testShard(t)
+			for i, st := range tt.steps {
+				if st.do != nil {
+					st.do(s)
+				}
+				if got := s.holdsLog(at(st.at)); got != st.held {
+					t.Fatalf("step %d: held at %v: %v, want %v", i, st.at, got, st.held)
+				}
+			}
+		})
+	}
+}
+
+// A shard that streams a snapshot to a replica puts off its own snapshot,
+// and the compaction of its log, until the stream is over.
+func TestSnapshotPutOffWhileStreaming(t *testing.T) {
+	n := startTestNode(t, func(c *Config) {
+		c.Shards = 1
+		c.SnapshotEntries = 1_000_000
+		c.SnapshotBytes = 256 << 10
+	})
+	lr, err := n.nh.GetLogReader(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := n.shards[0]
+	s.sendStarted(2, time.Now())
+	holdLocks(t, n, 20_000) // over 256 KiB of entries
+	// The snapshotter has had the time it takes when it is due.
+	time.Sleep(time.Second)
+	if ss := lr.Snapshot().Index; ss > 0 {
+		t.Fatalf("a snapshot at index %d while a stream held the log", ss)
+	}
+	s.sendEnded(2, false, time.Now())
+	for deadline := time.Now().Add(10 * time.Second); lr.Snapshot().Index == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot within 10 s of the stream's end")
 		}
-	}
-	s.countLogged(600)
-	if kicked() {
-		t.Fatal("kicked at 600 of 1000 bytes")
-	}
-	s.countLogged(400)
-	if !kicked() {
-		t.Fatal("not kicked at 1000 of 1000 bytes")
-	}
-	if s.logged != (logSince{bytes: 1000, entries: 2}) {
-		t.Fatalf("counted %+v, want 1000 bytes in 2 entries", s.logged)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

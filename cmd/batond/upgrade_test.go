@@ -69,6 +69,10 @@ const (
 	// of it in its log after a snapshot, so a node that misses a hundred
 	// entries needs a snapshot to catch up.
 	upgradeSnapshotEntries = 50
+	// logHeldAfterStream is how long a leader keeps its whole log after
+	// it streamed a snapshot quickly (engine's minSendHold, 3 s), and a
+	// second more.
+	logHeldAfterStream = 4 * time.Second
 	// serviceGapBound: see the check at the end of TestRollingUpgrade.
 	serviceGapBound = 500 * time.Millisecond
 	// longWait: waits for service this long are logged one by one, with
@@ -256,11 +260,15 @@ func TestRollingUpgrade(t *testing.T) {
 		if code, err := n3.Stop(); err != nil || code != 0 {
 			t.Fatalf("node 3 after SIGTERM: exit %d, %v; want exit 0", code, err)
 		}
+		n3Stopped := time.Now()
 		// Far more entries than the others keep in their logs, so that node
 		// 3 catches up from a snapshot, of the new format, when it is back.
 		// (A cycle is three entries or less: the workers' commands share
-		// entries.)
-		for range 4 {
+		// entries.) A leader keeps its whole log for a few seconds after it
+		// streamed a snapshot (engine's minSendHold: node 3 may have had one
+		// when it came back on the new build), so the load goes on for
+		// longer than that too.
+		for i := 0; i < 4 || time.Since(n3Stopped) < logHeldAfterStream; i++ {
 			progress("node 3 down at cluster version 2")
 		}
 		refuseStart := time.Now()
