@@ -527,9 +527,9 @@ func (cl *Client) extend(ctx context.Context, key string, token uint64, lease ti
 	return nil
 }
 
-// State is what Query reports about a key.
+// State is what Query and Watch report about a key.
 type State struct {
-	// Held is whether a grant holds the key.
+	// Held is whether an exclusive grant (Acquire) holds the key.
 	Held bool
 	// Token is the holder's fencing token, when Held.
 	Token uint64
@@ -541,6 +541,12 @@ type State struct {
 	// Held; "" when the grant has none (its acquire came from a client of
 	// protocol version 1).
 	Owner string
+	// Holders is how many grants hold the key: 0 when it is free, 1 when
+	// Held, 1..Permits while shared holds (protocol 1.4) hold it.
+	Holders int
+	// Permits is 1 when Held, the key's permits while shared holds hold
+	// it, 0 when it is free.
+	Permits int
 }
 
 // Query returns the committed state of key: never older than what an
@@ -554,8 +560,11 @@ func (cl *Client) Query(ctx context.Context, key string) (State, error) {
 	if err != nil {
 		return State{}, opErr("query", key, err)
 	}
-	if ans.status != codec.StatusHeld {
-		return State{}, nil
+	switch ans.status {
+	case codec.StatusHeld:
+		return State{Held: true, Token: ans.token, Remaining: time.Duration(ans.remainingMs) * time.Millisecond, Owner: ans.owner, Holders: 1, Permits: 1}, nil
+	case codec.StatusShared:
+		return State{Holders: int(ans.holders), Permits: int(ans.permits)}, nil
 	}
-	return State{Held: true, Token: ans.token, Remaining: time.Duration(ans.remainingMs) * time.Millisecond, Owner: ans.owner}, nil
+	return State{}, nil
 }

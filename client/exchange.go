@@ -51,6 +51,8 @@ type answer struct {
 	token       uint64
 	remainingMs uint64
 	owner       string // Q HELD: the holder's owner, "" when it has none
+	holders     uint64 // Q SHARED
+	permits     uint64 // Q SHARED
 	value       string // C and M OK: the rest of the line
 	// ambiguous: an earlier attempt may have taken effect on the server (its
 	// connection failed before the answer, or it got ERR unavailable, which
@@ -215,6 +217,7 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 			continue
 		}
 		ans.status, ans.token, ans.remainingMs, ans.owner, ans.value = cll.status, cll.token, cll.remainingMs, cll.owner, cll.value
+		ans.holders, ans.permits = cll.holders, cll.permits
 		return ans, nil
 	}
 }

@@ -350,9 +350,9 @@ func TestQueryOwner(t *testing.T) {
 		want   State
 	}{
 		{"Q q HELD 1027 9400 web-3:4121:9f86d081884c7d659a2feaa0c55ad015",
-			State{Held: true, Token: 1027, Remaining: 9400 * time.Millisecond, Owner: "web-3:4121:9f86d081884c7d659a2feaa0c55ad015"}},
-		{"Q q HELD 1027 0 job-17", State{Held: true, Token: 1027, Owner: "job-17"}},
-		{"Q q HELD 1027 9400", State{Held: true, Token: 1027, Remaining: 9400 * time.Millisecond}},
+			State{Held: true, Token: 1027, Remaining: 9400 * time.Millisecond, Owner: "web-3:4121:9f86d081884c7d659a2feaa0c55ad015", Holders: 1, Permits: 1}},
+		{"Q q HELD 1027 0 job-17", State{Held: true, Token: 1027, Owner: "job-17", Holders: 1, Permits: 1}},
+		{"Q q HELD 1027 9400", State{Held: true, Token: 1027, Remaining: 9400 * time.Millisecond, Holders: 1, Permits: 1}},
 		{"Q q FREE", State{}},
 	} {
 		done := make(chan State, 1)

@@ -32,6 +32,8 @@ type call struct {
 	token       uint64
 	remainingMs uint64
 	owner       string // HELD: the holder's owner, "" when it has none
+	holders     uint64 // SHARED
+	permits     uint64 // SHARED
 	addr        string // MOVED
 	value       string // OK of C and M: the rest of the line
 	code, text  string // ERR
@@ -51,6 +53,7 @@ func (c *call) setAnswer(r *codec.Response) {
 	c.status = r.Status
 	c.token = r.Token
 	c.remainingMs = r.RemainingMs
+	c.holders, c.permits = r.Holders, r.Permits
 	switch r.Status {
 	case codec.StatusOK:
 		if len(r.Value) > 0 {

@@ -1,4 +1,4 @@
-// Package codec is baton's wire protocol (version 1.2): it parses request lines
+// Package codec is baton's wire protocol (version 1.4): it parses request lines
 // in place and appends response lines to a caller's buffer, and does the
 // reverse for clients. It allocates nothing per request, starts no
 // goroutines and does no I/O, so the server's event loop and the client
@@ -32,13 +32,26 @@ const (
 	// answers are "M - OK [<value>...]", MOVED to the member that
 	// coordinates changes, or ERR.
 	OpMember byte = 'M'
+	// OpShared is "S <key> <permits> <lease_ms> <wait_ms> [<owner>]"
+	// (protocol 1.4): one of permits shared holds of the key. Its answers
+	// are those of A.
+	OpShared byte = 'S'
+	// OpWatch is "W <key>" (protocol 1.4): the key's committed state at
+	// once, then a line each time its holders change ("W <key> HELD ...",
+	// "W <key> SHARED ...", "W <key> FREE"), until U, the connection's
+	// end, or "W <key> MOVED <addr>".
+	OpWatch byte = 'W'
+	// OpUnwatch is "U <key>" (protocol 1.4): the end of this connection's
+	// watch of the key, answered "U <key> OK".
+	OpUnwatch byte = 'U'
 )
 
-// NumOps is the number of request ops (A, R, K, Q, H, C and M).
-const NumOps = 7
+// NumOps is the number of request ops (A, R, K, Q, H, C, M, S, W and U).
+const NumOps = 10
 
-// OpIndex maps a request op to 0..NumOps-1 (A, R, K, Q, H, C, M in that order) and
-// anything else to -1, so that tables kept per op can be arrays.
+// OpIndex maps a request op to 0..NumOps-1 (A, R, K, Q, H, C, M, S, W, U
+// in that order) and anything else to -1, so that tables kept per op can
+// be arrays.
 func OpIndex(op byte) int {
 	switch op {
 	case OpAcquire:
@@ -55,6 +68,12 @@ func OpIndex(op byte) int {
 		return 5
 	case OpMember:
 		return 6
+	case OpShared:
+		return 7
+	case OpWatch:
+		return 8
+	case OpUnwatch:
+		return 9
 	}
 	return -1
 }
@@ -80,6 +99,8 @@ const (
 	MaxLeaseMs = 86_400_000
 	// MaxWaitMs is the longest finite wait a client may ask for.
 	MaxWaitMs = 86_400_000
+	// MaxPermits is the largest permits of a shared hold (protocol 1.4).
+	MaxPermits = 1_000_000
 )
 
 // Wait values with a special meaning.
@@ -94,12 +115,13 @@ const (
 // and are valid only as long as that input is: whoever keeps an owner past
 // the line (a waiter, the lock table) must copy it.
 type Request struct {
-	Op      byte   // OpAcquire, OpRelease, OpExtend, OpQuery, OpHello, OpCluster or OpMember
+	Op      byte   // one of the Op constants
 	Key     []byte // 1..MaxKey bytes, each > 0x20 and != 0x7f; nil for H, "-" for C and M
-	LeaseMs uint32 // A and K: 1..MaxLeaseMs
-	WaitMs  int64  // A: WaitForever, WaitNone or 1..MaxWaitMs
+	LeaseMs uint32 // A, S and K: 1..MaxLeaseMs
+	WaitMs  int64  // A and S: WaitForever, WaitNone or 1..MaxWaitMs
 	Token   uint64 // R: 0 when absent; K: never 0
-	Owner   []byte // A: nil when absent, else 1..MaxOwner bytes with a key's byte rules
+	Permits uint32 // S: 1..MaxPermits
+	Owner   []byte // A and S: nil when absent, else 1..MaxOwner bytes with a key's byte rules
 	Secret  []byte // H: 1..MaxSecret bytes with a key's byte rules
 	// Args is, for M, the rest of the line after "M -": the verb and its
 	// arguments, spaces at either end dropped (never empty). Membership

@@ -43,19 +43,24 @@ var (
 
 	// ErrEmptyLine is a line with no fields at all.
 	ErrEmptyLine = &ParseError{CodeBadRequest, "empty line"}
-	// ErrBadOp is a first field that is not one of the letters A R K Q H C M.
-	ErrBadOp = &ParseError{CodeBadRequest, "op must be A, R, K, Q, H, C or M"}
+	// ErrBadOp is a first field that is not one of the letters A R K Q H C
+	// M S W U.
+	ErrBadOp = &ParseError{CodeBadRequest, "op must be A, R, K, Q, H, C, M, S, W or U"}
 	// ErrMissingKey is a line with an op and nothing else.
 	ErrMissingKey = &ParseError{CodeBadRequest, "missing key"}
 	// ErrKeyTooLong is a key of more than MaxKey bytes.
 	ErrKeyTooLong = &ParseError{CodeBadRequest, "key longer than 250 bytes"}
 	// ErrKeyByte is a key with a control byte or DEL in it.
 	ErrKeyByte = &ParseError{CodeBadRequest, "key must not contain control bytes or DEL"}
-	// ErrMissingLease is an A or K request without its lease_ms.
+	// ErrMissingPermits is an S request without its permits.
+	ErrMissingPermits = &ParseError{CodeBadRequest, "missing permits"}
+	// ErrBadPermits is a permits that is not a decimal in 1..MaxPermits.
+	ErrBadPermits = &ParseError{CodeBadRequest, "permits must be 1..1000000"}
+	// ErrMissingLease is an A, S or K request without its lease_ms.
 	ErrMissingLease = &ParseError{CodeBadRequest, "missing lease_ms"}
 	// ErrBadLease is a lease_ms that is not a decimal in 1..MaxLeaseMs.
 	ErrBadLease = &ParseError{CodeBadRequest, "lease_ms must be 1..86400000"}
-	// ErrMissingWait is an A request without its wait_ms.
+	// ErrMissingWait is an A or S request without its wait_ms.
 	ErrMissingWait = &ParseError{CodeBadRequest, "missing wait_ms"}
 	// ErrBadWait is a wait_ms other than -1, 0 or a decimal in 1..MaxWaitMs.
 	ErrBadWait = &ParseError{CodeBadRequest, "wait_ms must be -1, 0 or 1..86400000"}

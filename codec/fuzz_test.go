@@ -21,13 +21,16 @@ func FuzzParseRequest(f *testing.F) {
 		// H (protocol 1.2).
 		"H s3cret", "  H  s3cret  ", "H", "H ", "H a b", "H a\x7f", "H a\tb", "H \x00", "H s\r",
 		"H " + strings.Repeat("s", MaxSecret), "H " + strings.Repeat("s", MaxSecret+1), "h s", "HH s",
+		// S, W and U (protocol 1.4).
+		"S jobs 4 10000 500", "S jobs 1000000 1 -1 o", "S jobs 0 1 0", "S jobs 1000001 1 0", "S k 4", "S k 4 1 0 o x",
+		"W k", "W k x", "W", "U k", "U k x",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		var r Request
 		err := ParseRequest(line, &r)
-		if r.Owner != nil && (r.Op != OpAcquire || !ValidOwner(r.Owner) || cap(r.Owner) != len(r.Owner)) {
+		if r.Owner != nil && (r.Op != OpAcquire && r.Op != OpShared || !ValidOwner(r.Owner) || cap(r.Owner) != len(r.Owner)) {
 			t.Fatalf("ParseRequest(%q) = %+v, %v: bad owner", line, r, err)
 		}
 		// A secret is set only by a well-formed H, and an H never has a key.
@@ -43,7 +46,7 @@ func FuzzParseRequest(f *testing.F) {
 			if r.Key != nil && !ValidKey(r.Key) {
 				t.Fatalf("ParseRequest(%q) failed with %v but left invalid key %q", line, err, r.Key)
 			}
-			if (err == ErrOwnerTooLong || err == ErrOwnerByte) && (r.Op != OpAcquire || r.Key == nil || r.Owner != nil) {
+			if (err == ErrOwnerTooLong || err == ErrOwnerByte) && (r.Op != OpAcquire && r.Op != OpShared || r.Key == nil || r.Owner != nil) {
 				t.Fatalf("ParseRequest(%q) failed with %v but left %+v", line, err, r)
 			}
 			// The answer to any bad line must itself be a well-formed response.
@@ -129,6 +132,9 @@ func FuzzResponse(f *testing.F) {
 		"Q k HELD 1 2 a\tb", "  Q  k  HELD  1  2  o  ", "A k OK 1 o", "Q k FREE o",
 		// Answers to H (protocol 1.2).
 		"H - OK", "H - ERR auth", "H - ERR badrequest missing secret", "H k OK", "H - OK 1", "H - MOVED h:1",
+		// Protocol 1.4.
+		"S k OK 3", "S k TIMEOUT", "Q k SHARED 3 4", "W k SHARED 1 1", "W k HELD 1 2 o", "W k FREE", "U k OK",
+		"Q k SHARED 5 4", "W k OK", "U k MOVED h:1",
 	} {
 		f.Add([]byte(s))
 	}

@@ -49,26 +49,19 @@ func ParseRequest(line []byte, r *Request) error {
 	switch r.Op {
 	case OpAcquire:
 		want = 5 // the owner (protocol 1.1) is optional
+		if err := parseAcquire(&fs, 2, r); err != nil {
+			return err
+		}
+	case OpShared:
+		want = 6 // the owner is optional
 		if fs.n < 3 {
-			return ErrMissingLease
+			return ErrMissingPermits
 		}
-		if r.LeaseMs, ok = parseLease(f[2]); !ok {
-			return ErrBadLease
+		if r.Permits, ok = parsePermits(f[2]); !ok {
+			return ErrBadPermits
 		}
-		if fs.n < 4 {
-			return ErrMissingWait
-		}
-		if r.WaitMs, ok = parseWait(f[3]); !ok {
-			return ErrBadWait
-		}
-		if fs.n >= 5 {
-			switch {
-			case len(f[4]) > MaxOwner:
-				return ErrOwnerTooLong
-			case !isWord(f[4]):
-				return ErrOwnerByte
-			}
-			r.Owner = f[4]
+		if err := parseAcquire(&fs, 3, r); err != nil {
+			return err
 		}
 	case OpRelease:
 		want = 3
@@ -96,6 +89,45 @@ func ParseRequest(line []byte, r *Request) error {
 		return ErrExtraField
 	}
 	return nil
+}
+
+// parseAcquire parses the fields of an acquire from field i on, A's or
+// S's: lease_ms, wait_ms and the optional owner.
+func parseAcquire(fs *fields, i int, r *Request) error {
+	f := &fs.f
+	var ok bool
+	if fs.n <= i {
+		return ErrMissingLease
+	}
+	if r.LeaseMs, ok = parseLease(f[i]); !ok {
+		return ErrBadLease
+	}
+	if fs.n <= i+1 {
+		return ErrMissingWait
+	}
+	if r.WaitMs, ok = parseWait(f[i+1]); !ok {
+		return ErrBadWait
+	}
+	if fs.n > i+2 {
+		switch owner := f[i+2]; {
+		case len(owner) > MaxOwner:
+			return ErrOwnerTooLong
+		case !isWord(owner):
+			return ErrOwnerByte
+		default:
+			r.Owner = owner
+		}
+	}
+	return nil
+}
+
+// parsePermits parses a permits: a decimal in 1..MaxPermits.
+func parsePermits(b []byte) (uint32, bool) {
+	v, ok := parseUint(b)
+	if !ok || v < 1 || v > MaxPermits {
+		return 0, false
+	}
+	return uint32(v), true
 }
 
 // parseHello parses the fields of "H <secret>" into r.Secret, which stays
@@ -176,7 +208,7 @@ func parseWait(b []byte) (int64, bool) {
 // that is ParseRequest's job at the other end. A release with Token 0 is
 // written without a token, an acquire with an empty Owner without an owner
 // (a plain version 1 acquire); an Owner on any other op is not written,
-// since only A takes one. An H is written with its Secret and no key, an M
+// since only A and S take one. An H is written with its Secret and no key, an M
 // with its Args after the key.
 func AppendRequest(dst []byte, r *Request) []byte {
 	if r.Op == OpHello {
@@ -187,6 +219,10 @@ func AppendRequest(dst []byte, r *Request) []byte {
 	dst = append(dst, r.Op, ' ')
 	dst = append(dst, r.Key...)
 	switch r.Op {
+	case OpShared:
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, uint64(r.Permits), 10)
+		fallthrough
 	case OpAcquire:
 		dst = append(dst, ' ')
 		dst = strconv.AppendUint(dst, uint64(r.LeaseMs), 10)

@@ -66,6 +66,25 @@ func TestParseRequest(t *testing.T) {
 		{"A\tk 1 0", Request{}, ErrBadOp},
 		{"\x00", Request{}, ErrBadOp},
 
+		// S, W and U (protocol 1.4): S is A with permits first.
+		{"S jobs 4 10000 500", Request{Op: 'S', Key: []byte("jobs"), Permits: 4, LeaseMs: 10000, WaitMs: 500}, nil},
+		{"S jobs 1000000 1 -1 reader-7", Request{Op: 'S', Key: []byte("jobs"), Permits: MaxPermits, LeaseMs: 1, WaitMs: WaitNone, Owner: []byte("reader-7")}, nil},
+		{"S jobs", Request{Op: 'S', Key: []byte("jobs")}, ErrMissingPermits},
+		{"S jobs 0 1 0", Request{Op: 'S', Key: []byte("jobs")}, ErrBadPermits},
+		{"S jobs 1000001 1 0", Request{Op: 'S', Key: []byte("jobs")}, ErrBadPermits},
+		{"S jobs x 1 0", Request{Op: 'S', Key: []byte("jobs")}, ErrBadPermits},
+		{"S jobs 4", Request{Op: 'S', Key: []byte("jobs"), Permits: 4}, ErrMissingLease},
+		{"S jobs 4 0 0", Request{Op: 'S', Key: []byte("jobs"), Permits: 4}, ErrBadLease},
+		{"S jobs 4 1", Request{Op: 'S', Key: []byte("jobs"), Permits: 4, LeaseMs: 1}, ErrMissingWait},
+		{"S jobs 4 1 -2", Request{Op: 'S', Key: []byte("jobs"), Permits: 4, LeaseMs: 1}, ErrBadWait},
+		{"S jobs 4 1 0 " + owner65, Request{Op: 'S', Key: []byte("jobs"), Permits: 4, LeaseMs: 1}, ErrOwnerTooLong},
+		{"S jobs 4 1 0 o x", Request{Op: 'S', Key: []byte("jobs"), Permits: 4, LeaseMs: 1, Owner: []byte("o")}, ErrExtraField},
+		{"W leader/web", Request{Op: 'W', Key: []byte("leader/web")}, nil},
+		{"W leader/web 1", Request{Op: 'W', Key: []byte("leader/web")}, ErrExtraField},
+		{"W", Request{Op: 'W'}, ErrMissingKey},
+		{"U leader/web", Request{Op: 'U', Key: []byte("leader/web")}, nil},
+		{"U leader/web x", Request{Op: 'U', Key: []byte("leader/web")}, ErrExtraField},
+
 		// C and M (protocol 1.3): the key "-"; M's verb and arguments as
 		// one field, spaces at either end dropped.
 		{"C -", Request{Op: 'C', Key: []byte("-")}, nil},
@@ -250,7 +269,7 @@ func TestValidOwner(t *testing.T) {
 
 func equalRequest(a, b *Request) bool {
 	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.LeaseMs == b.LeaseMs &&
-		a.WaitMs == b.WaitMs && a.Token == b.Token && bytes.Equal(a.Owner, b.Owner) &&
+		a.WaitMs == b.WaitMs && a.Token == b.Token && a.Permits == b.Permits && bytes.Equal(a.Owner, b.Owner) &&
 		bytes.Equal(a.Secret, b.Secret) && bytes.Equal(a.Args, b.Args)
 }
 
@@ -259,8 +278,11 @@ func equalRequest(a, b *Request) bool {
 func onWire(r Request) Request {
 	w := Request{Op: r.Op, Key: r.Key}
 	switch r.Op {
-	case OpAcquire:
+	case OpAcquire, OpShared:
 		w.LeaseMs, w.WaitMs = r.LeaseMs, r.WaitMs
+		if r.Op == OpShared {
+			w.Permits = r.Permits
+		}
 		if len(r.Owner) > 0 {
 			w.Owner = r.Owner
 		}
@@ -427,6 +449,11 @@ func TestAppendRequest(t *testing.T) {
 		{Request{Op: 'R', Key: []byte("k"), Token: 3, Owner: []byte("o")}, "R k 3\n"},
 		{Request{Op: 'K', Key: []byte("k"), Token: 3, LeaseMs: 1, Owner: []byte("o")}, "K k 3 1\n"},
 		{Request{Op: 'Q', Key: []byte("k"), Owner: []byte("o")}, "Q k\n"},
+		// S: permits, then as A; W and U: the key alone.
+		{Request{Op: 'S', Key: []byte("jobs"), Permits: 16, LeaseMs: 1000, WaitMs: WaitNone, Owner: []byte("r1")}, "S jobs 16 1000 -1 r1\n"},
+		{Request{Op: 'S', Key: []byte("jobs"), Permits: 1, LeaseMs: 1, WaitMs: 0}, "S jobs 1 1 0\n"},
+		{Request{Op: 'W', Key: []byte("k"), Token: 3, LeaseMs: 1}, "W k\n"},
+		{Request{Op: 'U', Key: []byte("k")}, "U k\n"},
 		// H: its secret, never a key.
 		{Request{Op: 'H', Secret: []byte("s3cret")}, "H s3cret\n"},
 		{Request{Op: 'H', Key: []byte("k"), Secret: []byte(secretMax)}, "H " + secretMax + "\n"},
@@ -455,7 +482,7 @@ func TestAppendParseError(t *testing.T) {
 		want string
 	}{
 		{"", "? - ERR badrequest empty line\n"},
-		{"x k", "? - ERR badrequest op must be A, R, K, Q, H, C or M\n"},
+		{"x k", "? - ERR badrequest op must be A, R, K, Q, H, C, M, S, W or U\n"},
 		{"H", "H - ERR badrequest missing secret\n"},
 		{"H a b", "H - ERR badrequest too many fields\n"},
 		{"H a\x01", "H - ERR badrequest secret must not contain control bytes or DEL\n"},

@@ -17,6 +17,9 @@ const (
 	StatusFree
 	StatusMoved
 	StatusErr
+	// StatusShared is "SHARED <holders> <permits>" (protocol 1.4), Q's and
+	// W's answer while shared holds hold the key.
+	StatusShared
 )
 
 // statusWords holds the wire spelling of each status; both directions use it.
@@ -28,6 +31,7 @@ var statusWords = [...]string{
 	StatusFree:    "FREE",
 	StatusMoved:   "MOVED",
 	StatusErr:     "ERR",
+	StatusShared:  "SHARED",
 }
 
 // String returns the status word as it is written on the wire.
@@ -39,21 +43,21 @@ func (s Status) String() string {
 }
 
 // fits reports whether a response to op may have status s, per the
-// protocol's table: OK to A R K H C M, TIMEOUT to A, NOTHELD to R K, HELD
-// and FREE to Q, MOVED to A R K Q M, ERR to any op and to an unreadable
-// line ('?').
+// protocol's table: OK to A R K H C M S U, TIMEOUT to A S, NOTHELD to R K,
+// HELD, SHARED and FREE to Q W, MOVED to A R K Q M S W, ERR to any op and
+// to an unreadable line ('?').
 func (s Status) fits(op byte) bool {
 	switch s {
 	case StatusOK:
-		return op != OpQuery && isOp(op)
+		return op != OpQuery && op != OpWatch && isOp(op)
 	case StatusTimeout:
-		return op == OpAcquire
+		return op == OpAcquire || op == OpShared
 	case StatusNotHeld:
 		return op == OpRelease || op == OpExtend
-	case StatusHeld, StatusFree:
-		return op == OpQuery
+	case StatusHeld, StatusFree, StatusShared:
+		return op == OpQuery || op == OpWatch
 	case StatusMoved:
-		return isKeyOp(op) || op == OpMember
+		return isKeyOp(op) && op != OpUnwatch || op == OpMember
 	case StatusErr:
 		return isOp(op) || op == '?'
 	}
@@ -66,9 +70,11 @@ type Response struct {
 	Op          byte   // the request's op letter, or '?' when it was unreadable
 	Key         []byte // the request's key, or "-" (HelloKey) for H and an unreadable line
 	Status      Status
-	Token       uint64 // A OK and Q HELD
-	RemainingMs uint64 // Q HELD
-	Owner       []byte // Q HELD: the grant's owner (protocol 1.1), nil when it has none
+	Token       uint64 // A OK, S OK, and HELD
+	RemainingMs uint64 // HELD
+	Owner       []byte // HELD: the grant's owner (protocol 1.1), nil when it has none
+	Holders     uint64 // SHARED: how many shared holds hold the key, 1..Permits
+	Permits     uint64 // SHARED: the key's permits, 1..MaxPermits
 	Addr        []byte // MOVED: host:port of the leader
 	Value       []byte // C OK and M OK: the rest of the line after OK, nil when there is none
 	Code        []byte // ERR: one-word code
@@ -76,10 +82,10 @@ type Response struct {
 }
 
 // AppendResponse appends r as a response line, LF included, to dst. Only the
-// fields r.Status uses are written: Token for A OK, Value (when not empty)
-// for C OK and M OK, Token, RemainingMs and
-// Owner (when not empty) for HELD, Addr for MOVED, Code and Text (when not
-// empty) for ERR. An acquire's OK never carries the owner: the client that
+// fields r.Status uses are written: Token for A OK and S OK, Value (when
+// not empty) for C OK and M OK, Token, RemainingMs and Owner (when not
+// empty) for HELD, Holders and Permits for SHARED, Addr for MOVED, Code
+// and Text (when not empty) for ERR. An acquire's OK never carries the owner: the client that
 // sent it knows it. r is not validated, except that a Status outside the
 // known ones is written as "ERR internal", so that a server bug still yields
 // a line the client can parse.
@@ -91,7 +97,7 @@ func AppendResponse(dst []byte, r *Response) []byte {
 	case StatusOK:
 		dst = append(dst, "OK"...)
 		switch {
-		case r.Op == OpAcquire:
+		case r.Op == OpAcquire || r.Op == OpShared:
 			dst = append(dst, ' ')
 			dst = strconv.AppendUint(dst, r.Token, 10)
 		case (r.Op == OpCluster || r.Op == OpMember) && len(r.Value) > 0:
@@ -107,6 +113,11 @@ func AppendResponse(dst []byte, r *Response) []byte {
 			dst = append(dst, ' ')
 			dst = append(dst, r.Owner...)
 		}
+	case StatusShared:
+		dst = append(dst, "SHARED "...)
+		dst = strconv.AppendUint(dst, r.Holders, 10)
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, r.Permits, 10)
 	case StatusMoved:
 		dst = append(dst, "MOVED "...)
 		dst = append(dst, r.Addr...)
@@ -131,8 +142,9 @@ func AppendResponse(dst []byte, r *Response) []byte {
 // is malformed.
 //
 // Every form of the protocol is accepted, and nothing else: the status must
-// fit the op, tokens are never 0, the MOVED address and the ERR code are one
-// word each, the key of an answer to H, C or M is "-", the value of C OK or
+// fit the op, tokens are never 0, SHARED has 1..permits holders, the MOVED address and the ERR code are one
+// word each, the key of an answer to H is "-", and that of C or M too
+// unless it is ERR (which echoes a malformed request's key), the value of C OK or
 // M OK is the rest of the line (text without control bytes), and the optional owner of
 // HELD is a valid owner (ValidOwner;
 // anything else there is ErrRespValue, and r.Owner stays nil). The ERR text
@@ -148,7 +160,7 @@ func ParseResponse(line []byte, r *Response) error {
 		return ErrRespOp
 	}
 	r.Op = f[0][0]
-	if fs.n < 2 || !ValidKey(f[1]) || (r.Op == OpHello || r.Op == OpCluster || r.Op == OpMember) && string(f[1]) != HelloKey {
+	if fs.n < 2 || !ValidKey(f[1]) || r.Op == OpHello && string(f[1]) != HelloKey {
 		return ErrRespKey
 	}
 	r.Key = f[1]
@@ -161,6 +173,11 @@ func ParseResponse(line []byte, r *Response) error {
 			break
 		}
 	}
+	if (r.Op == OpCluster || r.Op == OpMember) && string(r.Key) != HelloKey && r.Status != StatusErr {
+		// Only the ERR answer to a C or M with another key echoes it.
+		r.Key, r.Status = nil, 0
+		return ErrRespKey
+	}
 	if !r.Status.fits(r.Op) {
 		r.Status = 0
 		return ErrRespStatus
@@ -171,7 +188,7 @@ func ParseResponse(line []byte, r *Response) error {
 	switch r.Status {
 	case StatusOK:
 		switch r.Op {
-		case OpAcquire:
+		case OpAcquire, OpShared:
 			want = 4
 			if r.Token, ok = parseToken(f[3]); !ok {
 				return ErrRespValue
@@ -198,6 +215,16 @@ func ParseResponse(line []byte, r *Response) error {
 			}
 			r.Owner = f[5]
 		}
+	case StatusShared:
+		want = 5
+		var permits uint32
+		if r.Holders, ok = parseUint(f[3]); !ok || r.Holders == 0 {
+			return ErrRespValue
+		}
+		if permits, ok = parsePermits(f[4]); !ok || r.Holders > uint64(permits) {
+			return ErrRespValue
+		}
+		r.Permits = uint64(permits)
 	case StatusMoved:
 		want = 4
 		if !isWord(f[3]) {

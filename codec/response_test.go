@@ -9,7 +9,7 @@ func equalResponse(a, b *Response) bool {
 	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.Status == b.Status &&
 		a.Token == b.Token && a.RemainingMs == b.RemainingMs && bytes.Equal(a.Addr, b.Addr) &&
 		bytes.Equal(a.Code, b.Code) && bytes.Equal(a.Text, b.Text) && bytes.Equal(a.Owner, b.Owner) &&
-		bytes.Equal(a.Value, b.Value)
+		bytes.Equal(a.Value, b.Value) && a.Holders == b.Holders && a.Permits == b.Permits
 }
 
 func b(s string) []byte { return []byte(s) }
@@ -45,6 +45,18 @@ func TestResponseRoundTrip(t *testing.T) {
 		{Response{Op: 'H', Key: b("-"), Status: StatusOK}, "H - OK"},
 		{Response{Op: 'H', Key: b("-"), Status: StatusErr, Code: b("auth")}, "H - ERR auth"},
 		{Response{Op: 'H', Key: b("-"), Status: StatusErr, Code: b("badrequest"), Text: b("missing secret")}, "H - ERR badrequest missing secret"},
+		// Protocol 1.4: S answers as A; Q and W may be SHARED; W states
+		// as Q's; U OK.
+		{Response{Op: 'S', Key: b("jobs"), Status: StatusOK, Token: 33}, "S jobs OK 33"},
+		{Response{Op: 'S', Key: b("jobs"), Status: StatusTimeout}, "S jobs TIMEOUT"},
+		{Response{Op: 'S', Key: b("jobs"), Status: StatusMoved, Addr: b("127.0.0.1:7710")}, "S jobs MOVED 127.0.0.1:7710"},
+		{Response{Op: 'Q', Key: b("jobs"), Status: StatusShared, Holders: 3, Permits: 4}, "Q jobs SHARED 3 4"},
+		{Response{Op: 'W', Key: b("jobs"), Status: StatusShared, Holders: 1000000, Permits: 1000000}, "W jobs SHARED 1000000 1000000"},
+		{Response{Op: 'W', Key: b("k"), Status: StatusHeld, Token: 17, RemainingMs: 9500, Owner: b("node-a")}, "W k HELD 17 9500 node-a"},
+		{Response{Op: 'W', Key: b("k"), Status: StatusFree}, "W k FREE"},
+		{Response{Op: 'W', Key: b("k"), Status: StatusMoved, Addr: b("127.0.0.1:7710")}, "W k MOVED 127.0.0.1:7710"},
+		{Response{Op: 'W', Key: b("k"), Status: StatusErr, Code: b("overloaded"), Text: b("too many watches")}, "W k ERR overloaded too many watches"},
+		{Response{Op: 'U', Key: b("k"), Status: StatusOK}, "U k OK"},
 		// Answers to C and M (protocol 1.3): OK with the rest of the line.
 		{Response{Op: 'C', Key: b("-"), Status: StatusOK, Value: b("127.0.0.1:7700,127.0.0.1:7710")}, "C - OK 127.0.0.1:7700,127.0.0.1:7710"},
 		{Response{Op: 'M', Key: b("-"), Status: StatusOK}, "M - OK"},
@@ -125,6 +137,16 @@ func TestParseResponseErrors(t *testing.T) {
 		{"A " + key251 + " OK 1", ErrRespKey},
 		{"A k\x01 OK 1", ErrRespKey},
 		{"A k", ErrRespStatus},
+		{"W k OK", ErrRespStatus},
+		{"U k MOVED a:1", ErrRespStatus},
+		{"A k SHARED 1 2", ErrRespStatus},
+		{"S k NOTHELD", ErrRespStatus},
+		{"Q k SHARED 0 2", ErrRespValue},
+		{"Q k SHARED 3 2", ErrRespValue},
+		{"Q k SHARED 1 0", ErrRespValue},
+		{"Q k SHARED 1 1000001", ErrRespValue},
+		{"Q k SHARED 1", ErrRespValue},
+		{"Q k SHARED 1 2 3", ErrRespExtraField},
 		{"A k ok 1", ErrRespStatus},
 		{"A k GRANTED 1", ErrRespStatus},
 		{"Q k OK", ErrRespStatus},
@@ -195,7 +217,7 @@ func TestParseResponseErrors(t *testing.T) {
 }
 
 func TestAppendResponseUnknownStatus(t *testing.T) {
-	for _, s := range []Status{0, StatusErr + 1, 255} {
+	for _, s := range []Status{0, StatusShared + 1, 255} {
 		r := Response{Op: 'A', Key: b("k"), Status: s}
 		if got := AppendResponse(nil, &r); string(got) != "A k ERR internal\n" {
 			t.Errorf("AppendResponse(status %d) = %q", s, got)

@@ -79,10 +79,14 @@ func isOp(c byte) bool {
 	return isKeyOp(c) || c == OpHello || c == OpCluster || c == OpMember
 }
 
-// isKeyOp reports whether c is the op letter of a request about a key,
-// which every op but H is.
+// isKeyOp reports whether c is the op letter of a request about a key:
+// every op but H, C and M.
 func isKeyOp(c byte) bool {
-	return c == OpAcquire || c == OpRelease || c == OpExtend || c == OpQuery
+	switch c {
+	case OpAcquire, OpRelease, OpExtend, OpQuery, OpShared, OpWatch, OpUnwatch:
+		return true
+	}
+	return false
 }
 
 // isWord reports whether b is a non-empty run of bytes that a key, an owner,

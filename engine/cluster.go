@@ -226,6 +226,30 @@ func (n *Node) transferLeadership(ctx context.Context) {
 	}
 }
 
+// awaitLeaders waits, after the hand-off of a node that stops, until Raft
+// names a leader for every shard (bounded by ctx and transferGiveUp): a
+// shard handed over is leaderless for a moment, and its waiters and
+// watches are better answered MOVED to the new leader than ERR
+// unavailable.
+func (n *Node) awaitLeaders(ctx context.Context) {
+	if !n.clustered() {
+		return
+	}
+	until := time.Now().Add(n.transferGiveUp())
+	for time.Now().Before(until) && ctx.Err() == nil {
+		leaderless := false
+		for _, s := range n.shards {
+			s.mu.Lock()
+			leaderless = leaderless || s.leaderID == 0
+			s.mu.Unlock()
+		}
+		if !leaderless {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // handOver asks Raft to transfer the leadership of shards to replica to,
 // and again whenever Raft has given a transfer up (after electionTicks),
 // until this node leads none of them or within has passed (or ctx ends).

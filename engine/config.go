@@ -347,6 +347,12 @@ type Limits struct {
 	// MaxUnsent is the same over every connection of the node; past it the
 	// connections with the most unsent bytes are cut off (unsentLedger).
 	MaxUnsent int
+	// MaxWatchesPerConn is the number of keys one connection watches
+	// (connState.addWatch).
+	MaxWatchesPerConn int
+	// MaxWatches is the number of watches on the node, over every
+	// connection (connState.addWatch).
+	MaxWatches int
 }
 
 // DefaultLimits are the limits of a node started without limit flags.
@@ -361,6 +367,8 @@ func DefaultLimits() Limits {
 		MaxPendingCommands:   1 << 16,
 		MaxUnsentPerConn:     4 << 20,
 		MaxUnsent:            256 << 20,
+		MaxWatchesPerConn:    100_000,
+		MaxWatches:           1_000_000,
 	}
 }
 
@@ -387,6 +395,8 @@ func (l *Limits) limitFields() [numLimits]limitField {
 		{"max-pending-commands", &l.MaxPendingCommands},
 		{"max-unsent-per-conn", &l.MaxUnsentPerConn},
 		{"max-unsent", &l.MaxUnsent},
+		{"max-watches-per-conn", &l.MaxWatchesPerConn},
+		{"max-watches", &l.MaxWatches},
 	}
 }
 

@@ -81,9 +81,10 @@ type connState struct {
 	// socket (no flush under way, nothing left in gnet's outbound buffer
 	// at the reader's last flush), so writeHeld may write to it directly.
 	socketClear bool
-	closed      bool    // the connection ended (closeConn), or cutOff: drop output, enqueue no waiters
-	waiters     *waiter // this connection's unanswered acquires (cprev/cnext list)
-	nwaiters    int     // length of waiters
+	closed      bool              // the connection ended (closeConn), or cutOff: drop output, enqueue no waiters
+	waiters     *waiter           // this connection's unanswered acquires (cprev/cnext list)
+	nwaiters    int               // length of waiters
+	watches     map[string]*watch // this connection's watches, by key (watch.go)
 	// cutOff: too many answers wait for the client to take them (cutBy
 	// says which limit); the connection is being closed.
 	cutOff bool
@@ -157,6 +158,21 @@ func newConnState(t transport, adm *admission, m *nodeMetrics) *connState {
 // shard writes them when the entry is done (heldAnswers.write); nil asks
 // the socket's writer (wake).
 func (cs *connState) send(r *codec.Response, h *heldAnswers) { cs.sendGrant(r, h, nil) }
+
+// sendEvent is send for a line that answers no request: a watch's line
+// after its first (watch.go). It does not count as an answer (answered),
+// so that a half-closed connection is not taken for one that got every
+// answer it is owed.
+func (cs *connState) sendEvent(r *codec.Response, h *heldAnswers) {
+	cs.mu.Lock()
+	if cs.closed {
+		cs.mu.Unlock()
+		return
+	}
+	cs.m.answered(r.Op, r.Status, r.Code)
+	cs.buffer().B = codec.AppendResponse(cs.out.B, r)
+	cs.unlockAndWake(h)
+}
 
 // sendGrant is send, for a grant g when g is not nil: after the client's
 // FIN, g is kept as provisional (halfclose.go).
@@ -389,9 +405,9 @@ type addResult uint8
 
 const (
 	added      addResult = iota
-	connClosed           // the client is gone: do not queue the acquire
-	connFull             // MaxWaitersPerConn reached
-	nodeFull             // MaxWaiters reached
+	connClosed           // the client is gone: do not queue the acquire (or start the watch)
+	connFull             // MaxWaitersPerConn (MaxWatchesPerConn) reached
+	nodeFull             // MaxWaiters (MaxWatches) reached
 )
 
 // addWaiter links w into the connection's list. This is where

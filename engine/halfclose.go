@@ -135,9 +135,11 @@ func (cs *connState) endOfInput() (due bool) {
 
 // dueLocked reports whether a connection that is not cut off still owes
 // its client something: an answer to a request, answers queued or under
-// way, a provisional grant not confirmed yet. mu must be held.
+// way, a provisional grant not confirmed yet, the lines of a watch (which
+// only U, which a half-closed client cannot send, or the node ends). mu
+// must be held.
 func (cs *connState) dueLocked() bool {
-	return !cs.closed && (cs.answered < cs.asked || cs.out != nil || cs.writing.Load() != 0 || len(cs.provisional) > 0)
+	return !cs.closed && (cs.answered < cs.asked || cs.out != nil || cs.writing.Load() != 0 || len(cs.provisional) > 0 || len(cs.watches) > 0)
 }
 
 // drained reports whether a connection whose client's input ended has

@@ -30,6 +30,12 @@ func (s *shard) leaderUpdated(leaderID uint64) {
 		// once the new leader is known, or served again if it is us.
 		s.serving = false
 		s.dropPending()
+		if !s.handingOff {
+			// Cut off, or the leader it was is gone: ERR unavailable. A
+			// hand-off ends them with MOVED once the new leader is known
+			// (stopServing).
+			s.endWatches()
+		}
 		return
 	}
 	s.stopServing()
@@ -57,7 +63,9 @@ func (s *shard) startServing(now int64) {
 
 // lostFence stops serving once another node's fence applied after ours, or
 // a batch of ours came back Fenced: our batches change nothing any more.
-// Waiters stay parked, as while nobody leads; if Raft still says we lead (a
+// Waiters and watches stay parked, as while nobody leads (a watch's lines
+// come from the entries this node applies, whoever proposed them, so it
+// misses nothing meanwhile); if Raft still says we lead (a
 // fence proposed by a node that had just lost its leadership can come
 // after ours), a new fence claims the table back and serving resumes.
 func (s *shard) lostFence() {
@@ -71,11 +79,12 @@ func (s *shard) lostFence() {
 	}
 }
 
-// stopServing answers every waiter and every command not yet proposed:
-// MOVED to the new leader, or ERR unavailable.
+// stopServing answers every waiter and every command not yet proposed,
+// and ends every watch: MOVED to the new leader, or ERR unavailable.
 func (s *shard) stopServing() {
 	s.serving = false
 	s.dropPending()
+	s.endWatches()
 	var queue []*waiter
 	for _, ks := range s.keys {
 		// A snapshot of the queue: answering a waiter releases the answers

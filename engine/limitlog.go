@@ -19,6 +19,8 @@ const (
 	limitPendingCommands
 	limitUnsentPerConn
 	limitUnsent
+	limitWatchesPerConn
+	limitWatches
 	numLimits
 )
 
@@ -33,6 +35,8 @@ var limitEffects = [numLimits]string{
 	limitPendingCommands:   "requests answered ERR overloaded",
 	limitUnsentPerConn:     "connections cut off",
 	limitUnsent:            "connections cut off",
+	limitWatchesPerConn:    "watches answered ERR overloaded",
+	limitWatches:           "watches answered ERR overloaded",
 }
 
 const (

@@ -176,7 +176,7 @@ type shardStats struct {
 // Ops in series labels; opIndex maps an op letter to its place.
 const numOps = codec.NumOps
 
-var opLabels = [numOps + 1]string{"A", "R", "K", "Q", "H", "C", "M", "?"}
+var opLabels = [numOps + 1]string{"A", "R", "K", "Q", "H", "C", "M", "S", "W", "U", "?"}
 
 // opIndex is codec.OpIndex, with numOps ("?") for anything else.
 func opIndex(op byte) int {
@@ -186,19 +186,22 @@ func opIndex(op byte) int {
 	return numOps
 }
 
-// numStatuses bounds codec.Status values (StatusOK..StatusErr).
-const numStatuses = int(codec.StatusErr) + 1
+// numStatuses bounds codec.Status values (StatusOK..StatusShared).
+const numStatuses = int(codec.StatusShared) + 1
 
 // answerStatuses are the answers other than ERR the protocol has for each
-// op (MOVED for every op but H and C).
+// op (MOVED for every op but H, C and U); W's count its every line.
 var answerStatuses = [numOps][]codec.Status{
 	{codec.StatusOK, codec.StatusTimeout, codec.StatusMoved},
 	{codec.StatusOK, codec.StatusNotHeld, codec.StatusMoved},
 	{codec.StatusOK, codec.StatusNotHeld, codec.StatusMoved},
-	{codec.StatusFree, codec.StatusHeld, codec.StatusMoved},
+	{codec.StatusFree, codec.StatusHeld, codec.StatusShared, codec.StatusMoved},
 	{codec.StatusOK},
 	{codec.StatusOK},
 	{codec.StatusOK, codec.StatusMoved},
+	{codec.StatusOK, codec.StatusTimeout, codec.StatusMoved},
+	{codec.StatusFree, codec.StatusHeld, codec.StatusShared, codec.StatusMoved},
+	{codec.StatusOK},
 }
 
 // errCodes are the ERR codes counted by name; any other is "other".

@@ -373,6 +373,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	var err error
 	n.stopOnce.Do(func() {
 		n.transferLeadership(ctx)
+		n.awaitLeaders(ctx)
 		for _, s := range n.shards {
 			s.mu.Lock()
 			s.stopping = true

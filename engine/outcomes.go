@@ -78,6 +78,9 @@ func (s *shard) applyEntry(h sm.Header, cmds []sm.Command, results []sm.Result) 
 		}
 		s.applyOne(&cmds[i], results[i], o, p != nil && p.failed, now)
 	}
+	if len(s.watchDirty) > 0 {
+		s.sendWatched(now)
+	}
 	s.kickIfPending()
 }
 
@@ -120,11 +123,13 @@ func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, n
 			ks.slot, ks.expiring = int32(res.Slot), false
 		}
 		s.setDeadline(res.Slot, c.LeaseMs, now)
+		s.watchChanged(c, res)
 	case sm.Released, sm.Expired:
 		if ks != nil {
 			ks.slot, ks.expiring = noSlot, false
 		}
 		s.leases.clear(res.Slot)
+		s.watchChanged(c, res)
 	case sm.Extended:
 		s.setDeadline(res.Slot, c.LeaseMs, now)
 	}

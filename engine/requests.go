@@ -26,10 +26,14 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 			}
 		}
 		switch {
+		case r.Op == codec.OpShared:
+			s.sharedNotServed(cs, r.Key)
 		case r.Op == codec.OpRelease || r.Op == codec.OpExtend:
 			s.answerNow(cs, r.Op, r.Key, s.keys[string(r.Key)], "", "")
-		case r.Op == codec.OpQuery && s.node.clustered():
-			s.queueRead(cs, r.Key) // behind any earlier Q waiting for a ReadIndex (reads.go)
+		case (r.Op == codec.OpQuery || r.Op == codec.OpWatch || r.Op == codec.OpUnwatch) && s.node.clustered():
+			s.queueRead(cs, r.Op, r.Key) // behind any earlier Q or W waiting for a ReadIndex (reads.go)
+		case r.Op == codec.OpUnwatch:
+			s.unwatch(cs, r.Key)
 		default:
 			s.answerNotServing(cs, r.Op, r.Key)
 		}
@@ -45,15 +49,23 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 			break
 		}
 		s.releaseOrExtend(cs, r)
-	case codec.OpQuery:
-		if !s.node.clustered() {
-			// One member: its applied view holds everything acknowledged.
-			s.query(cs, r.Key, now)
+	case codec.OpQuery, codec.OpWatch, codec.OpUnwatch:
+		if s.node.clustered() {
+			s.queueRead(cs, r.Op, r.Key)
 			break
 		}
-		s.queueRead(cs, r.Key)
+		// One member: its applied view holds everything acknowledged.
+		s.serveRead(cs, r.Op, r.Key, now)
+	case codec.OpShared:
+		s.sharedNotServed(cs, r.Key)
 	}
 	return s.pending.Len() > before
+}
+
+// sharedNotServed answers an S: this build does not serve shared holds
+// (protocol 1.4) yet.
+func (s *shard) sharedNotServed(cs *connState, key []byte) {
+	s.sendError(cs, codec.OpShared, key, codec.CodeUnavailable, "shared holds (S, protocol 1.4) are not served by this build yet")
 }
 
 // badRequest answers a malformed request whose op and key could be read.
@@ -203,39 +215,65 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 	s.propose(sm.Command{Op: sm.OpExtend, Key: r.Key, Token: r.Token, LeaseMs: r.LeaseMs}, o)
 }
 
-func (s *shard) query(cs *connState, key []byte, now int64) {
-	slot, held := s.table.Find(key)
-	if !held {
-		s.send(cs, codec.OpQuery, key, codec.StatusFree)
-		return
+// serveRead serves a Q, W or U from the view, which holds everything
+// acknowledged (confirmed by a ReadIndex, in a cluster).
+func (s *shard) serveRead(cs *connState, op byte, key []byte, now int64) {
+	switch op {
+	case codec.OpQuery:
+		s.stateLine(cs, codec.OpQuery, key, now, false)
+	case codec.OpWatch:
+		s.watchW(cs, key, now)
+	case codec.OpUnwatch:
+		s.unwatch(cs, key)
 	}
-	remaining := s.leases.deadlineOf(slot) - now
-	if remaining < 0 {
-		remaining = 0
+}
+
+// stateLine sends the key's state in the view, as Q answers it (op Q) or
+// as a watch's line (op W; event: a line after the watch's first).
+func (s *shard) stateLine(cs *connState, op byte, key []byte, now int64, event bool) {
+	r := codec.Response{Op: op, Key: key, Status: codec.StatusFree}
+	if slot, held := s.table.Find(key); held {
+		remaining := max(s.leases.deadlineOf(slot)-now, 0)
+		r.Status, r.Token, r.Owner = codec.StatusHeld, s.table.Token(slot), bytesOf(s.table.Owner(slot))
+		r.RemainingMs = uint64((remaining + int64(time.Millisecond) - 1) / int64(time.Millisecond))
 	}
-	cs.send(&codec.Response{
-		Op: codec.OpQuery, Key: key, Status: codec.StatusHeld, Token: s.table.Token(slot),
-		RemainingMs: uint64((remaining + int64(time.Millisecond) - 1) / int64(time.Millisecond)),
-		Owner:       bytesOf(s.table.Owner(slot)),
-	}, s.hold())
+	if event {
+		cs.sendEvent(&r, s.hold())
+	} else {
+		cs.send(&r, s.hold())
+	}
 }
 
 // answerNotServing answers a request this node cannot serve now: MOVED to
 // the leader when another node is known to lead, else ERR unavailable.
 func (s *shard) answerNotServing(cs *connState, op byte, key []byte) {
+	r := s.notServing(cs, op, key)
+	cs.send(&r, s.hold())
+}
+
+// answerNotServingEvent is answerNotServing for the line that ends a watch
+// (watch.go).
+func (s *shard) answerNotServingEvent(cs *connState, op byte, key []byte) {
+	r := s.notServing(cs, op, key)
+	cs.sendEvent(&r, s.hold())
+}
+
+// notServing is the answer of answerNotServing.
+func (s *shard) notServing(cs *connState, op byte, key []byte) codec.Response {
+	unavailable := func(text string) codec.Response {
+		return codec.Response{Op: op, Key: key, Status: codec.StatusErr, Code: bytesOf(codec.CodeUnavailable), Text: bytesOf(text)}
+	}
 	if s.node.leaving.Load() {
 		// Removed, or being removed: it sends nobody anywhere (PROTOCOL.md);
 		// the client's refresh has the members to go to.
-		s.sendError(cs, op, key, codec.CodeUnavailable, "this node is being removed from the cluster")
-		return
+		return unavailable("this node is being removed from the cluster")
 	}
 	if s.leaderID != s.node.cfg.ID {
 		if addr := s.node.movedAddr(cs, s.leaderID); addr != "" {
-			cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusMoved, Addr: bytesOf(addr)}, s.hold())
-			return
+			return codec.Response{Op: op, Key: key, Status: codec.StatusMoved, Addr: bytesOf(addr)}
 		}
 	}
-	s.sendError(cs, op, key, codec.CodeUnavailable, "leadership is changing or unknown, retry")
+	return unavailable("leadership is changing or unknown, retry")
 }
 
 // Texts of ERR overloaded (those that name a configured number are the

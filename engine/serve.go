@@ -31,7 +31,7 @@ func (n *Node) openConn(t transport) *connState {
 // and its unanswered acquires are abandoned: queued ones leave their
 // queues; one whose Grant is in flight is released as soon as it lands;
 // a grant sent after the client's FIN and not known to have reached it
-// (halfclose.go) is released.
+// (halfclose.go) is released. Its watches end.
 func (n *Node) closeConn(cs *connState) {
 	if limit, cut := cs.cutOffBy(); cut {
 		cs.adm.hits.hitBy(limit, cs.t.remoteAddr())
@@ -50,6 +50,7 @@ func (n *Node) closeConn(cs *connState) {
 		s.mu.Unlock()
 	}
 	n.releaseProvisional(cs)
+	n.dropWatches(cs)
 }
 
 // serveInput parses every complete line at the start of buf, serves each,

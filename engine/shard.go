@@ -112,8 +112,13 @@ type shard struct {
 	levels       map[uint64]uint64
 	reportedTerm uint64
 	lastReport   time.Time
-	reads        []pendingRead // queries waiting for a ReadIndex (clusters only)
-	readKick     chan struct{} // wakes the reader
+	reads        []pendingRead // queries and watches waiting for a ReadIndex (clusters only)
+	// watches: the watches of each watched key, while this node serves
+	// the shard; watchDirty: those the entry being applied changed
+	// (watch.go).
+	watches    map[string][]*watch
+	watchDirty []*watch
+	readKick   chan struct{} // wakes the reader
 
 	// Bounds of the shard's queues, from the node's Limits (fields, so
 	// that tests can lower them): past them, requests that would add to

@@ -64,7 +64,7 @@ func TestTLSServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"Q a FREE", "Q b FREE", "A bad ERR badrequest lease_ms must be 1..86400000",
-		"? - ERR badrequest op must be A, R, K, Q, H, C or M"}
+		"? - ERR badrequest op must be A, R, K, Q, H, C, M, S, W or U"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("got %q, want %q", got, want)
 	}

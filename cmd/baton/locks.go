@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
@@ -313,17 +314,27 @@ func runQuery(e env, args []string) int {
 	if err != nil {
 		return failure(e, "query", err)
 	}
-	switch {
-	case o.json && st.Held:
-		printJSON(e.stdout, map[string]any{"key": key, "held": true, "token": st.Token, "remaining_ms": st.Remaining.Milliseconds(), "owner": st.Owner})
-	case o.json:
-		printJSON(e.stdout, map[string]any{"key": key, "held": false})
-	case st.Held && st.Owner != "":
-		fmt.Fprintf(e.stdout, "%s: held by token %d (owner %s), %v of lease left\n", key, st.Token, st.Owner, st.Remaining)
-	case st.Held:
-		fmt.Fprintf(e.stdout, "%s: held by token %d, %v of lease left\n", key, st.Token, st.Remaining)
-	default:
-		fmt.Fprintf(e.stdout, "%s: free\n", key)
-	}
+	printState(e.stdout, o.json, key, st)
 	return exitOK
+}
+
+// printState prints what query and watch say of a key: one line of text,
+// or one JSON object.
+func printState(w io.Writer, asJSON bool, key string, st client.State) {
+	switch {
+	case asJSON && st.Held:
+		printJSON(w, map[string]any{"key": key, "held": true, "token": st.Token, "remaining_ms": st.Remaining.Milliseconds(), "owner": st.Owner})
+	case asJSON && st.Holders > 0:
+		printJSON(w, map[string]any{"key": key, "held": false, "holders": st.Holders, "permits": st.Permits})
+	case asJSON:
+		printJSON(w, map[string]any{"key": key, "held": false})
+	case st.Held && st.Owner != "":
+		fmt.Fprintf(w, "%s: held by token %d (owner %s), %v of lease left\n", key, st.Token, st.Owner, st.Remaining)
+	case st.Held:
+		fmt.Fprintf(w, "%s: held by token %d, %v of lease left\n", key, st.Token, st.Remaining)
+	case st.Holders > 0:
+		fmt.Fprintf(w, "%s: %d of %d shared holds held\n", key, st.Holders, st.Permits)
+	default:
+		fmt.Fprintf(w, "%s: free\n", key)
+	}
 }

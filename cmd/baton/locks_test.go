@@ -66,7 +66,7 @@ func newClient(t *testing.T, addr string) *client.Client {
 }
 
 func TestLockCommandsHelp(t *testing.T) {
-	for _, name := range []string{"acquire", "release", "extend", "query", "lock"} {
+	for _, name := range []string{"acquire", "release", "extend", "query", "watch", "lock"} {
 		code, out, _ := runArgs(t, nil, name, "--help")
 		if code != exitOK || !strings.Contains(out, "Exit status") {
 			t.Fatalf("%s --help: exit %d\n%s", name, code, out)
@@ -89,7 +89,7 @@ func TestLockCommandsHelp(t *testing.T) {
 		})
 	}
 	_, out, _ := runArgs(t, nil, "--help")
-	for _, name := range []string{"acquire", "release", "extend", "query", "lock", "bench"} {
+	for _, name := range []string{"acquire", "release", "extend", "query", "watch", "lock", "bench"} {
 		if !strings.Contains(out, "  "+name+" ") {
 			t.Errorf("baton --help does not list %s", name)
 		}
@@ -428,5 +428,70 @@ func TestLockForwardsSignals(t *testing.T) {
 	}
 	if st, err := c.Query(context.Background(), "cli/sig"); err != nil || st.Held {
 		t.Fatalf("after baton lock: %+v, %v", st, err)
+	}
+}
+
+// TestWatchCommand: baton watch prints the state, then a line per change
+// (a grant with its token, the release), as JSON with --json, and exits 0
+// when interrupted; against nothing it fails within --timeout.
+func TestWatchCommand(t *testing.T) {
+	n := startNode(t)
+	c := newClient(t, n.ClientAddr)
+	var out, errb harness.SyncBuffer
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	e := env{ctx: ctx, stdout: &out, stderr: &errb, getenv: func(k string) string {
+		if k == "BATON_ADDR" {
+			return n.ClientAddr
+		}
+		return ""
+	}}
+	done := make(chan int, 1)
+	go func() { done <- run(e, []string{"watch", "cli/watched", "--json"}) }()
+	lines := func(want int) []string {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if out.String() != "" && len(got) >= want || time.Now().After(deadline) {
+				return got
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if got := lines(1); got[0] != `{"held":false,"key":"cli/watched"}` {
+		t.Fatalf("first line %q", got[0])
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.Acquire(cctx, "cli/watched", time.Minute, client.WaitForever)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lines(2)
+	var st struct {
+		Held  bool   `json:"held"`
+		Token uint64 `json:"token"`
+		Owner string `json:"owner"`
+	}
+	if len(got) < 2 || json.Unmarshal([]byte(got[1]), &st) != nil || !st.Held || st.Token != l.Token() || st.Owner != l.Owner() {
+		t.Fatalf("after the grant: %q; want held by token %d", got, l.Token())
+	}
+	if err := l.Release(cctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := lines(3); len(got) < 3 || got[2] != `{"held":false,"key":"cli/watched"}` {
+		t.Fatalf("after the release: %q", got)
+	}
+	interrupt()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("exit %d after the interrupt, stderr %q", code, errb.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("baton watch still runs 10 s after the interrupt")
+	}
+	if code, _, errs := baton(t, "127.0.0.1:1", "watch", "k", "--timeout", "300ms"); code != exitFailed || errs == "" {
+		t.Errorf("watch against nothing: exit %d, stderr %q", code, errs)
 	}
 }

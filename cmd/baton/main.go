@@ -53,6 +53,7 @@ var commands = []command{
 	{"release", "release a lock", runRelease},
 	{"extend", "extend the lease of a held lock", runExtend},
 	{"query", "show who holds a key: token, owner, lease left", runQuery},
+	{"watch", "print who holds a key, then every change, until interrupted", runWatch},
 	{"lock", "run a command while holding a lock", runLock},
 	{"status", "show a node's view of itself and its cluster (its --http)", runStatus},
 	{"backup", "write a backup of a node's lock table to a file (batond --restore)", runBackup},

@@ -195,7 +195,7 @@ func TestMetrics(t *testing.T) {
 			eventually(t, s.holder, "metrics/short", "Q metrics/short FREE", slow)
 		}, map[string]float64{"baton_grants_total": 1, "baton_expiries_total": 1, "baton_held_locks": 0}},
 		{"an unreadable line", func(t *testing.T, s *metricsSession) {
-			do(t, s.holder, "X", "? - ERR badrequest op must be A, R, K, Q, H, C or M")
+			do(t, s.holder, "X", "? - ERR badrequest op must be A, R, K, Q, H, C, M, S, W or U")
 		}, map[string]float64{"baton_bad_requests_total": 1, errAnswers("?", "badrequest"): 1}},
 		{"an H to a node without a secret", func(t *testing.T, s *metricsSession) {
 			do(t, s.holder, "H s3cret", "H - OK")

@@ -21,6 +21,8 @@ func limitFlags(fs *flag.FlagSet, l *engine.Limits) {
 	fs.IntVar(&l.MaxPendingCommands, "max-pending-commands", l.MaxPendingCommands, "")
 	fs.Var((*byteSize)(&l.MaxUnsentPerConn), "max-unsent-per-conn", "")
 	fs.Var((*byteSize)(&l.MaxUnsent), "max-unsent", "")
+	fs.IntVar(&l.MaxWatchesPerConn, "max-watches-per-conn", l.MaxWatchesPerConn, "")
+	fs.IntVar(&l.MaxWatches, "max-watches", l.MaxWatches, "")
 }
 
 // byteSize is a flag of a number of bytes: 4194304, 4096KiB, 4MiB, 1GiB.

@@ -149,6 +149,10 @@ at most once per limit every 10s.
   --max-unsent SIZE
                   the same over all connections; past it the connections
                   with the most unsent answers are closed (default 256MiB)
+  --max-watches-per-conn N
+                  keys one connection watches (W) (default 100000)
+  --max-watches N watches on this node, over all connections (default
+                  1000000)
 
 Access control and TLS (docs/protocol.md, version 1.2):
   --auth-file FILE
