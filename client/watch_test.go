@@ -2,6 +2,9 @@ package client
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"regexp"
 	"testing"
 	"time"
 
@@ -98,5 +101,113 @@ func TestWatchFailover(t *testing.T) {
 	}
 	if st := nextState(t, ch, 10*time.Second); st.Held {
 		t.Fatalf("state after the release on the new leader %+v, want free", st)
+	}
+}
+
+// TestElection: two candidates on one key; the first leads and everybody
+// sees its value; the second waits; when the first resigns the second
+// leads; Observe sees each leader and "nobody" in between or not (a
+// hand-off in one commit goes straight to the next leader); a leader that
+// is killed (its client closed, its lease running out) is replaced, and
+// its Done channel closes no later than its successor's campaign returns.
+func TestElection(t *testing.T) {
+	t.Parallel()
+	n := harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 2, HTTP: true})
+	ctx := ctxFor(t, 60*time.Second)
+	a, b, observer := newTestClient(t, n.ClientAddr), newTestClient(t, n.ClientAddr), newTestClient(t, n.ClientAddr)
+	const lease = 2 * time.Second
+	ea, err := a.Election("elect/web", lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, _ := b.Election("elect/web", lease)
+	eo, _ := observer.Election("elect/web", lease)
+	seen, err := eo.Observe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextLeader := func() Leader {
+		t.Helper()
+		select {
+		case l := <-seen:
+			return l
+		case <-time.After(10 * time.Second):
+			t.Fatal("no leader change observed in 10 s")
+		}
+		return Leader{}
+	}
+	if l := nextLeader(); l.Leading() {
+		t.Fatalf("first observed %+v, want nobody", l)
+	}
+	la, err := ea.Campaign(ctx, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := nextLeader(); l.Value != "node-a" || l.Token != la.Token() {
+		t.Fatalf("observed %+v, want node-a with token %d", l, la.Token())
+	}
+	if l, err := eb.Leader(ctx); err != nil || l.Value != "node-a" {
+		t.Fatalf("Leader: %+v, %v; want node-a", l, err)
+	}
+	won := make(chan *Lock, 1)
+	go func() {
+		lb, err := eb.Campaign(ctx, "node-b")
+		if err != nil {
+			t.Error(err)
+		}
+		won <- lb
+	}()
+	// node-b waits in line: its campaign is queued on the server before
+	// node-a resigns (the queue's order makes it the next leader).
+	waitQueued(t, n)
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := <-won
+	if lb == nil {
+		t.FailNow()
+	}
+	if l := nextLeader(); l.Value != "node-b" || l.Token <= la.Token() {
+		t.Fatalf("observed %+v, want node-b with a token above %d", l, la.Token())
+	}
+
+	// node-b's client dies: its lease runs out (no more extends) and node-a,
+	// campaigning again, leads; node-b's Done closed by then.
+	b.Close()
+	la2, err := ea.Campaign(ctx, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lb.Done():
+	default:
+		t.Fatal("node-a leads again while node-b's leadership is not done")
+	}
+	for l := nextLeader(); l.Value != "node-a"; l = nextLeader() {
+		if l.Leading() {
+			t.Fatalf("observed %+v between node-b and node-a", l)
+		}
+	}
+	if err := la2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitQueued waits until an acquire waits in the node's queues: the
+// node's baton_waiters gauge (its /metrics) is 1.
+func waitQueued(t *testing.T, n *harness.Node) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + n.HTTPAddr + "/metrics")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if regexp.MustCompile(`(?m)^baton_waiters 1$`).Match(body) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no acquire waits on node %d after 10 s (metrics: %v)", n.ID, err)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/codec"
 )
 
 // Exit statuses of a command that did not run, as shells report them.
@@ -21,6 +22,47 @@ const (
 	exitCannotRun = 126
 	exitNotFound  = 127
 )
+
+const electUsage = `baton elect: run a command while this candidate leads.
+
+Usage:
+  baton elect KEY --value VALUE [flags] -- COMMAND [ARGS...]
+
+Leader election on KEY: waits until this candidate leads (candidates are
+served first come, first served), then runs COMMAND as baton lock does,
+with BATON_KEY and BATON_TOKEN (the leadership's fencing token). VALUE
+names the candidate to everybody: it is the owner of its grant, which
+baton query KEY and baton watch KEY show, so that the others know who
+leads (its address, say). It must be this candidate's own: another
+candidate with the same VALUE would share the leadership.
+
+When leadership is lost (no server could be reached for a whole lease,
+or an operator released the key), the command gets SIGTERM at once, and
+SIGKILL --grace later: the lease is counted from when each extend was
+sent, so baton's end of it comes before the server's, and the command is
+told to stop before another candidate can lead. Pass BATON_TOKEN to what
+the command writes to, so that a leader that was paused past its lease
+cannot do harm (fencing).
+
+Flags:
+  --value VALUE      this candidate's value: 1 to 64 bytes, no spaces
+  --lease DURATION   the lease kept alive while the command runs, 100ms to
+                     24h (default 10s): a leader that dies is replaced
+                     about this long after its last extend
+  --wait DURATION    how long to wait for leadership: 0 waits forever, -1
+                     does not wait, e.g. 5m (default 0)
+  --grace DURATION   after leadership is lost, how long the command has to
+                     exit after SIGTERM before it gets SIGKILL (default 10s)
+` + commonHelp + `  --help             show this text
+
+Signals: as baton lock (passed on to the command while it runs).
+
+Exit status: the command's status (128+N when signal N ended it); 75 not
+leader within --wait (or no server could be reached), the command did not
+run; 76 leadership lost while the command ran; 126 the command could not
+be started; 127 the command was not found; 2 bad usage; 130 interrupted
+while waiting to lead.
+`
 
 // minLockLease keeps the keep-alive of baton lock meaningful: it must get an
 // extend through within a third of the lease.
@@ -73,22 +115,32 @@ type lockOpts struct {
 	lease time.Duration
 	wait  waitFlag
 	grace time.Duration
+	value string // elect: the candidate's value, the owner of its acquire
 }
 
-// lockFlags defines the flags of baton lock; it has no --json, since its
-// output is the command's.
-func lockFlags(o *lockOpts, getenv func(string) string) *flag.FlagSet {
-	fs := flag.NewFlagSet("baton lock", flag.ContinueOnError)
+// lockFlags defines the flags of baton lock, or of baton elect (name);
+// neither has --json, since their output is the command's.
+func lockFlags(name string, o *lockOpts, getenv func(string) string) *flag.FlagSet {
+	fs := flag.NewFlagSet("baton "+name, flag.ContinueOnError)
 	commonFlags(fs, &o.commonOpts, getenv, false)
 	fs.DurationVar(&o.lease, "lease", 10*time.Second, "")
 	fs.Var(&o.wait, "wait", "")
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "")
+	if name == "elect" {
+		fs.StringVar(&o.value, "value", "", "")
+	}
 	return fs
 }
 
-func runLock(e env, args []string) int {
+func runLock(e env, args []string) int { return runHolding(e, "lock", lockUsage, args) }
+
+func runElect(e env, args []string) int { return runHolding(e, "elect", electUsage, args) }
+
+// runHolding is baton lock and baton elect (name): the lock, or the
+// leadership, held while the command runs.
+func runHolding(e env, name, usage string, args []string) int {
 	var o lockOpts
-	fs := lockFlags(&o, e.getenv)
+	fs := lockFlags(name, &o, e.getenv)
 	// The command is everything after the first "--"; flags and KEY are
 	// before it.
 	var command []string
@@ -98,23 +150,28 @@ func runLock(e env, args []string) int {
 			break
 		}
 	}
-	pos, code, done := parseCommand(e, "lock", lockUsage, fs, args, 1, 1)
+	pos, code, done := parseCommand(e, name, usage, fs, args, 1, 1)
 	if done {
 		return code
 	}
 	key := pos[0]
+	var acquireOpts []client.AcquireOption
 	switch {
 	case len(command) == 0:
-		return usageError(e, "lock", errors.New("missing -- COMMAND"))
+		return usageError(e, name, errors.New("missing -- COMMAND"))
 	case o.lease < minLockLease || o.lease > client.MaxLease:
-		return usageError(e, "lock", fmt.Errorf("--lease %v: want 100ms to 24h", o.lease))
+		return usageError(e, name, fmt.Errorf("--lease %v: want 100ms to 24h", o.lease))
 	case o.grace < 0:
-		return usageError(e, "lock", fmt.Errorf("--grace %v: must not be negative", o.grace))
+		return usageError(e, name, fmt.Errorf("--grace %v: must not be negative", o.grace))
+	case name == "elect" && !codec.ValidOwner([]byte(o.value)):
+		return usageError(e, name, fmt.Errorf("--value %q: want 1 to 64 bytes without spaces or control bytes", o.value))
+	case name == "elect":
+		acquireOpts = append(acquireOpts, client.WithOwner(o.value))
 	}
 	if err := checkWait(o.wait.d); err != nil {
-		return usageError(e, "lock", err)
+		return usageError(e, name, err)
 	}
-	c, code, ok := dial(e, "lock", &o.commonOpts)
+	c, code, ok := dial(e, name, &o.commonOpts)
 	if !ok {
 		return code
 	}
@@ -128,45 +185,45 @@ func runLock(e env, args []string) int {
 		bound = o.wait.d + o.timeout
 	}
 	actx, cancel := limited(e, bound)
-	l, err := c.Acquire(actx, key, o.lease, o.wait.d)
+	l, err := c.Acquire(actx, key, o.lease, o.wait.d, acquireOpts...)
 	cancel()
 	if err != nil {
 		if e.ctx.Err() != nil {
-			fmt.Fprintln(e.stderr, "baton lock: interrupted while waiting for the lock; the command did not run")
+			fmt.Fprintf(e.stderr, "baton %s: interrupted while waiting for the lock; the command did not run\n", name)
 			return exitInterrupted
 		}
 		if errors.Is(err, client.ErrTimeout) {
-			fmt.Fprintf(e.stderr, "baton lock: %s; the command did not run\n", notGranted(key, o.wait.d, err))
+			fmt.Fprintf(e.stderr, "baton %s: %s; the command did not run\n", name, notGranted(key, o.wait.d, err))
 		} else {
-			fmt.Fprintf(e.stderr, "baton lock: cannot get the lock: %s; the command did not run\n", strings.TrimPrefix(err.Error(), "baton: "))
+			fmt.Fprintf(e.stderr, "baton %s: cannot get the lock: %s; the command did not run\n", name, strings.TrimPrefix(err.Error(), "baton: "))
 		}
 		return exitNotGranted
 	}
 	if e.ctx.Err() != nil {
 		// Interrupted just as the lock was granted.
 		_ = l.Release(context.Background())
-		fmt.Fprintln(e.stderr, "baton lock: interrupted; the command did not run")
+		fmt.Fprintf(e.stderr, "baton %s: interrupted; the command did not run\n", name)
 		return exitInterrupted
 	}
 	l.KeepAlive()
-	status, lost := runHolding(e, l, command, o.grace)
+	status, lost := runWhileHeld(e, name, l, command, o.grace)
 
 	// Release with a context of its own: the command is over, whatever
 	// interrupted it, and the lock must not linger until its lease ends.
 	if err := l.Release(context.Background()); err != nil && !errors.Is(err, client.ErrNotHeld) {
-		fmt.Fprintf(e.stderr, "baton lock: warning: %v (the lock is freed when its lease runs out)\n", err)
+		fmt.Fprintf(e.stderr, "baton %s: warning: %v (the lock is freed when its lease runs out)\n", name, err)
 	}
 	if lost != nil {
-		fmt.Fprintf(e.stderr, "baton lock: the lock on %s was lost while the command ran: %v\n", key, lost)
+		fmt.Fprintf(e.stderr, "baton %s: the lock on %s was lost while the command ran: %v\n", name, key, lost)
 		return exitLost
 	}
 	return status
 }
 
-// runHolding runs command while l is held and returns its exit status, and
-// why the lock was lost if it was. When the lock is lost the command gets
-// SIGTERM, then SIGKILL after grace.
-func runHolding(e env, l *client.Lock, command []string, grace time.Duration) (status int, lost error) {
+// runWhileHeld runs command while l is held and returns its exit status,
+// and why the lock was lost if it was. When the lock is lost the command
+// gets SIGTERM, then SIGKILL after grace.
+func runWhileHeld(e env, name string, l *client.Lock, command []string, grace time.Duration) (status int, lost error) {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Env = append(os.Environ(), "BATON_KEY="+l.Key(), "BATON_TOKEN="+strconv.FormatUint(l.Token(), 10))
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = e.stdin, e.stdout, e.stderr
@@ -198,7 +255,7 @@ func runHolding(e env, l *client.Lock, command []string, grace time.Duration) (s
 		defer restore()
 	}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(e.stderr, "baton lock: %v\n", err)
+		fmt.Fprintf(e.stderr, "baton %s: %v\n", name, err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return exitNotFound, nil
 		}
@@ -225,14 +282,14 @@ func runHolding(e env, l *client.Lock, command []string, grace time.Duration) (s
 		case <-lockDone:
 			lockDone = nil
 			lost = l.Err()
-			fmt.Fprintf(e.stderr, "baton lock: lost the lock on %s (%v); sending SIGTERM to the command\n", l.Key(), lost)
+			fmt.Fprintf(e.stderr, "baton %s: lost the lock on %s (%v); sending SIGTERM to the command\n", name, l.Key(), lost)
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			t := time.NewTimer(grace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
 			kill = nil
-			fmt.Fprintf(e.stderr, "baton lock: the command did not exit %v after SIGTERM; sending SIGKILL\n", grace)
+			fmt.Fprintf(e.stderr, "baton %s: the command did not exit %v after SIGTERM; sending SIGKILL\n", name, grace)
 			_ = cmd.Process.Kill()
 		}
 	}

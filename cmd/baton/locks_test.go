@@ -66,15 +66,15 @@ func newClient(t *testing.T, addr string) *client.Client {
 }
 
 func TestLockCommandsHelp(t *testing.T) {
-	for _, name := range []string{"acquire", "release", "extend", "query", "watch", "lock"} {
+	for _, name := range []string{"acquire", "release", "extend", "query", "watch", "lock", "elect"} {
 		code, out, _ := runArgs(t, nil, name, "--help")
 		if code != exitOK || !strings.Contains(out, "Exit status") {
 			t.Fatalf("%s --help: exit %d\n%s", name, code, out)
 		}
 		var fs *flag.FlagSet
 		switch name {
-		case "lock":
-			fs = lockFlags(&lockOpts{}, os.Getenv)
+		case "lock", "elect":
+			fs = lockFlags(name, &lockOpts{}, os.Getenv)
 		case "acquire":
 			fs = leaseFlags(name, &leaseOpts{}, os.Getenv, true)
 		case "extend":
@@ -89,7 +89,7 @@ func TestLockCommandsHelp(t *testing.T) {
 		})
 	}
 	_, out, _ := runArgs(t, nil, "--help")
-	for _, name := range []string{"acquire", "release", "extend", "query", "watch", "lock", "bench"} {
+	for _, name := range []string{"acquire", "release", "extend", "query", "watch", "lock", "elect", "bench"} {
 		if !strings.Contains(out, "  "+name+" ") {
 			t.Errorf("baton --help does not list %s", name)
 		}
@@ -493,5 +493,48 @@ func TestWatchCommand(t *testing.T) {
 	}
 	if code, _, errs := baton(t, "127.0.0.1:1", "watch", "k", "--timeout", "300ms"); code != exitFailed || errs == "" {
 		t.Errorf("watch against nothing: exit %d, stderr %q", code, errs)
+	}
+}
+
+// TestElectRunsCommandWhileLeading: baton elect runs its command with the
+// leadership's token once it leads, and everybody sees its value as the
+// owner; a second candidate runs only after the first's command ended.
+func TestElectRunsCommandWhileLeading(t *testing.T) {
+	n := startNode(t)
+	dir := t.TempDir()
+	first := filepath.Join(dir, "first")
+	code, _, errs := baton(t, n.ClientAddr, "elect", "cli/elect", "--value", "node-a", "--",
+		"sh", "-c", `echo "$BATON_TOKEN" > `+first)
+	if code != exitOK {
+		t.Fatalf("elect: exit %d, stderr %q", code, errs)
+	}
+	b, err := os.ReadFile(first)
+	if err != nil || strings.TrimSpace(string(b)) == "" {
+		t.Fatalf("the command did not write its token: %q, %v", b, err)
+	}
+	// While a leader runs, query shows its value.
+	started := filepath.Join(dir, "started")
+	done := make(chan int, 1)
+	go func() {
+		code, _, _ := baton(t, n.ClientAddr, "elect", "cli/elect", "--value", "node-b", "--",
+			"sh", "-c", `touch `+started+`; sleep 1`)
+		done <- code
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second candidate's command did not start")
+		}
+	}
+	if _, out, _ := baton(t, n.ClientAddr, "query", "cli/elect", "--json"); !strings.Contains(out, `"owner":"node-b"`) {
+		t.Errorf("query while node-b leads: %s", out)
+	}
+	if code := <-done; code != exitOK {
+		t.Fatalf("second elect: exit %d", code)
+	}
+	if code, _, errs := baton(t, n.ClientAddr, "elect", "k", "--value", "has space", "--", "true"); code != exitBadUsage || !strings.Contains(errs, "--value") {
+		t.Errorf("a bad --value: exit %d, stderr %q", code, errs)
 	}
 }

@@ -55,6 +55,7 @@ var commands = []command{
 	{"query", "show who holds a key: token, owner, lease left", runQuery},
 	{"watch", "print who holds a key, then every change, until interrupted", runWatch},
 	{"lock", "run a command while holding a lock", runLock},
+	{"elect", "run a command while this candidate leads (leader election)", runElect},
 	{"status", "show a node's view of itself and its cluster (its --http)", runStatus},
 	{"backup", "write a backup of a node's lock table to a file (batond --restore)", runBackup},
 	{"member", "list, add, remove and reorder the cluster's members", runMember},
