@@ -51,6 +51,8 @@ const (
 	// leadersWithin bounds the wait for every key to have a leader before
 	// the workload starts.
 	leadersWithin = 20 * time.Second
+	// watchedKeys is how many of the workload's keys are watched.
+	watchedKeys = 4
 	// availabilityTail is how long after a fault's end its availability
 	// window reaches.
 	availabilityTail = 5 * time.Second
@@ -170,8 +172,10 @@ type Result struct {
 	Workload     WorkloadStats
 	Fence        FenceStats
 	Availability []KindAvailability
-	Violations   []Violation
-	OutDir       string
+	// WatchSessions counts the watch sessions the watch checker looked at.
+	WatchSessions int
+	Violations    []Violation
+	OutDir        string
 	// Files are what a failed run wrote into OutDir to be analysed:
 	// history-<key>.txt for every key a violation names, and faults.txt
 	// (see writeFailureFiles). None when the run passed.
@@ -265,6 +269,12 @@ func Run(t *testing.T, cfg Config) Result {
 		Keys: cfg.Keys, ProbeKeys: ProbeKeys, Workers: cfg.Workers, Clients: clients,
 		Resource: resource, Clock: rec.Since, Seed: cfg.Seed, Generation: KeyGeneration,
 	})
+	// A watcher on each of the workload's first keys (protocol 1.4).
+	watchers := StartWatchers(addrs, cfg.Keys[:min(watchedKeys, len(cfg.Keys))])
+	var watchOnce sync.Once
+	var sessions []WatchSession
+	stopWatchers := func() { watchOnce.Do(func() { sessions = watchers.Stop() }) }
+	t.Cleanup(stopWatchers)
 	// Should the harness fail the test half way, the workers must still
 	// stop before the cluster goes (cleanups run last-registered first).
 	var stopOnce sync.Once
@@ -299,6 +309,7 @@ func Run(t *testing.T, cfg Config) Result {
 	if !stopped && !wl.Wait(callSlack) {
 		res.add(CheckerCallBound, fmt.Sprintf("the workload did not stop within %v, nor %v after its clients were closed", workloadStop, callSlack))
 	}
+	stopWatchers()
 	rec.Finish()
 	res.Workload = wl.Stats()
 	res.Fence = resource.Stats()
@@ -335,6 +346,11 @@ func Run(t *testing.T, cfg Config) Result {
 		}
 		res.add(CheckerFence, text)
 	}
+	for _, v := range CheckWatches(sessions, history) {
+		_, text, _ := strings.Cut(v, ": ")
+		res.add(CheckerWatch, text)
+	}
+	res.WatchSessions = len(sessions)
 	for _, e := range in.exits {
 		res.add(CheckerNodeExit, e)
 	}
@@ -648,6 +664,7 @@ func summary(r Result) string {
 	}
 	fmt.Fprintf(&b, "ops checked for linearizability: %d (%s)\n", r.Report.Ops, strings.Join(perKey, ", "))
 	fmt.Fprintf(&b, "client calls: %s\n", r.Workload)
+	fmt.Fprintf(&b, "watch sessions checked: %d\n", r.WatchSessions)
 	fmt.Fprintf(&b, "fenced resource: %d writes accepted, %d turned away after their lease may have run out, %d turned away inside it\n",
 		r.Fence.Accepted, r.Fence.RejectedLate, r.Fence.Violations)
 	fmt.Fprintf(&b, "availability: longest time without any grant, from a fault's start to the first grant more than %v after its end (or after the next fault's start):\n", availabilityTail)
