@@ -363,6 +363,12 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 	for {
 		ans, err := cl.exchange(ctx, &req, key, policy{prepare: prepare})
 		if err != nil {
+			if ans.ambiguous {
+				// An attempt may have been granted without its answer
+				// reaching us (its connection failed, or its node gave up
+				// waiting for the commit): nobody would release it.
+				cl.cleanUpAcquire(key, lms, owner)
+			}
 			return nil, opErr("acquire", key, acquireError(err))
 		}
 		switch ans.status {
@@ -460,6 +466,28 @@ func (cl *Client) release(ctx context.Context, key string, token uint64) error {
 		return ErrNotHeld
 	}
 	return nil
+}
+
+// cleanUpAcquire releases, in the background, the grant an acquire that
+// gave up may hold unseen: a try-lock with the acquire's owner gets that
+// grant back if there is one (or takes the key if it is free), and its
+// token is released; retried as a release is, for ReleaseWindow.
+func (cl *Client) cleanUpAcquire(key string, leaseMs uint32, owner []byte) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.closed {
+		return
+	}
+	cl.wg.Add(1)
+	go func() {
+		defer cl.wg.Done()
+		ctx, cancel := context.WithTimeout(cl.ctx, ReleaseWindow)
+		defer cancel()
+		req := codec.Request{Op: codec.OpAcquire, Key: []byte(key), LeaseMs: leaseMs, WaitMs: codec.WaitNone, Owner: owner}
+		if ans, err := cl.exchange(ctx, &req, key, policy{steady: ReleaseRetryInterval}); err == nil && ans.status == codec.StatusOK {
+			_ = cl.release(cl.ctx, key, ans.token)
+		}
+	}()
 }
 
 // releaseAbandoned releases, in the background, a grant whose caller gave

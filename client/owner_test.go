@@ -370,3 +370,51 @@ func TestQueryOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestGaveUpAcquireCleanedUp: an acquire whose every attempt was dropped
+// (its connections failed after it was sent) fails, and the grant one of
+// them may have got unseen is released: a try-lock with the acquire's
+// owner gets it back, and its token is released. One whose attempts were
+// all answered leaves nothing to clean up.
+func TestGaveUpAcquireCleanedUp(t *testing.T) {
+	s := startFake(t)
+	c := newTestClient(t, s.addr()) // two connections to the one address
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(context.Background(), "k", 10*time.Second, WaitForever)
+		done <- err
+	}()
+	first := s.next()
+	owner := strings.Fields(first.text)[4]
+	first.nc.Close()
+	second := s.next()
+	if second.text != first.text {
+		t.Fatalf("retry %q, want the same request %q", second.text, first.text)
+	}
+	second.nc.Close()
+	if err := recv(t, done); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("acquire after every connection dropped it: %v, want ErrUnavailable", err)
+	}
+	cleanup := s.next()
+	if want := "A k 10000 -1 " + owner; cleanup.text != want {
+		t.Fatalf("clean-up %q, want the try-lock %q", cleanup.text, want)
+	}
+	reply(t, cleanup.nc, "A k OK 7")
+	rel := s.next()
+	if rel.text != "R k 7" {
+		t.Fatalf("after the clean-up's grant: %q, want R k 7", rel.text)
+	}
+	reply(t, rel.nc, "R k OK")
+
+	// A TIMEOUT answers for sure: nothing to clean up.
+	go func() {
+		_, err := c.Acquire(context.Background(), "j", 10*time.Second, NoWait)
+		done <- err
+	}()
+	l := s.next()
+	reply(t, l.nc, "A j TIMEOUT")
+	if err := recv(t, done); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("try-lock answered TIMEOUT: %v", err)
+	}
+	s.nothing(300 * time.Millisecond)
+}
