@@ -151,6 +151,17 @@ func (d *directory) member(id uint64) (member, bool) {
 }
 
 // isVoter reports whether id is a voter.
+// catchingUp reports whether a learner has not said yet that it caught
+// up (Ready): a node that joins, loading what the leader sent it.
+func (d *directory) catchingUp() bool {
+	for _, m := range d.Members {
+		if m.Role == roleLearner && !m.Ready {
+			return true
+		}
+	}
+	return false
+}
+
 func (d *directory) isVoter(id uint64) bool {
 	m, ok := d.member(id)
 	return ok && m.Role == roleVoter

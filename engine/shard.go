@@ -90,6 +90,7 @@ type shard struct {
 	// way, nor until heldUntil after the last one ended (snapshots.go).
 	sends     map[uint64]time.Time
 	heldUntil time.Time
+	lastSent  time.Time // when the last stream received ended
 
 	// inflightCmds: the commands of the proposals in inflight, which with
 	// those of pending is what MaxPendingCommands bounds.

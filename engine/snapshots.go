@@ -38,9 +38,10 @@ import (
 // 100,000 locks for one member to join, with --snapshot-entries 20 under
 // 3,000 cycles/s; one since). So a leader takes no snapshot, and compacts
 // nothing, while it streams a snapshot, nor for a while after (sendEnded:
-// the receiver still has to apply it, which takes about as long):
-// dragonboat's system events say when a stream starts and ends
-// (snapshotSends). The log grows for that time instead, bounded by
+// the receiver still has to apply it, which takes about as long), nor,
+// after a stream, while a joining learner has not said that it caught up
+// (holdsLog): dragonboat's system events say when a stream starts and
+// ends (snapshotSends). The log grows for that time instead, bounded by
 // maxSendHold.
 
 const (
@@ -138,14 +139,21 @@ func (n *Node) runSnapshots(s *shard) {
 }
 
 // holdsLog reports whether a snapshot stream holds s's log at now, and
-// forgets streams older than maxSendHold. s.mu is held.
+// forgets streams older than maxSendHold. After a stream was received, a
+// learner that has not said yet that it caught up (a node that joins,
+// whose Ready the directory shows) holds the log too, up to maxSendHold
+// after the stream: loading a big table can take longer than the hold of
+// the stream alone. s.mu is held.
 func (s *shard) holdsLog(now time.Time) bool {
 	for r, start := range s.sends {
 		if now.Sub(start) > maxSendHold {
 			delete(s.sends, r)
 		}
 	}
-	return len(s.sends) > 0 || now.Before(s.heldUntil)
+	if len(s.sends) > 0 || now.Before(s.heldUntil) {
+		return true
+	}
+	return !s.lastSent.IsZero() && now.Sub(s.lastSent) < maxSendHold && s.node.view().catchingUp()
 }
 
 // sendStarted records that this replica streams a snapshot of s to
@@ -172,6 +180,7 @@ func (s *shard) sendEnded(replica uint64, received bool, now time.Time) {
 	}
 	delete(s.sends, replica)
 	if received {
+		s.lastSent = now
 		if until := now.Add(max(minSendHold, 2*now.Sub(start))); until.After(s.heldUntil) {
 			s.heldUntil = until
 		}

@@ -100,6 +100,19 @@ func TestSnapshotSendsHoldTheLog(t *testing.T) {
 		{"an end without a start: not held", []step{
 			{func(s *shard) { s.sendEnded(4, true, at(0)) }, time.Second, false},
 		}},
+		{"a learner catching up: held until it is ready, maxSendHold at most", []step{
+			{func(s *shard) { s.node.members.Store(withLearner(false)); s.sendStarted(4, at(0)) }, time.Second, true},
+			{func(s *shard) { s.sendEnded(4, true, at(time.Second)) }, time.Minute, true},
+			{nil, time.Second + maxSendHold, false},
+		}},
+		{"a learner that said it caught up: no longer held", []step{
+			{func(s *shard) { s.node.members.Store(withLearner(false)); s.sendStarted(4, at(0)) }, time.Second, true},
+			{func(s *shard) { s.sendEnded(4, true, at(time.Second)) }, time.Minute, true},
+			{func(s *shard) { s.node.members.Store(withLearner(true)) }, time.Minute, false},
+		}},
+		{"a learner catching up holds nothing without a stream", []step{
+			{func(s *shard) { s.node.members.Store(withLearner(false)) }, time.Second, false},
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,4 +203,11 @@ func TestSnapshotBySize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withLearner is a directory of voter 1 and learner 4, ready or not.
+func withLearner(ready bool) *directory {
+	d := &directory{Shards: 1, Members: []member{{ID: 1, Role: roleVoter}, {ID: 4, Role: roleLearner, Ready: ready}}}
+	d.count()
+	return d
 }
