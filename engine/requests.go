@@ -233,14 +233,24 @@ func (s *shard) serveRead(cs *connState, op byte, key []byte, now int64) {
 func (s *shard) stateLine(cs *connState, op byte, key []byte, now int64, event bool) {
 	r := codec.Response{Op: op, Key: key, Status: codec.StatusFree}
 	if slot, held := s.table.Find(key); held {
-		remaining := max(s.leases.deadlineOf(slot)-now, 0)
-		r.Status, r.Token, r.Owner = codec.StatusHeld, s.table.Token(slot), bytesOf(s.table.Owner(slot))
-		r.RemainingMs = uint64((remaining + int64(time.Millisecond) - 1) / int64(time.Millisecond))
+		s.heldLine(&r, slot, now)
 	}
 	if event {
 		cs.sendEvent(&r, s.hold())
 	} else {
 		cs.send(&r, s.hold())
+	}
+}
+
+// heldLine fills r with what holds the key whose row is slot: its
+// exclusive holder, or its shared holds (protocol 1.4).
+func (s *shard) heldLine(r *codec.Response, slot uint32, now int64) {
+	if holders, permits, shared := s.table.Shared(slot); shared {
+		r.Status, r.Holders, r.Permits = codec.StatusShared, uint64(holders), uint64(permits)
+	} else {
+		remaining := max(s.leases.deadlineOf(slot)-now, 0)
+		r.Status, r.Token, r.Owner = codec.StatusHeld, s.table.Token(slot), bytesOf(s.table.Owner(slot))
+		r.RemainingMs = uint64((remaining + int64(time.Millisecond) - 1) / int64(time.Millisecond))
 	}
 }
 

@@ -40,6 +40,44 @@
 // Grant without an owner, or with another one, finds the key held as
 // before (GrantRejected).
 //
+// # Shared holds
+//
+// From cluster version LevelShared on (protocol version 1.4), a Grant may
+// be shared: with Permits (1..MaxPermits) it asks for one of Permits
+// shared holds of its key. A key then has no holder, one exclusive holder,
+// or from 1 to permits shared holders, each a grant of its own: its own
+// token (issued as for any grant, from seq), lease, owner and slot (see
+// Table). The table decides, deterministically:
+//
+//   - A shared Grant of a free key makes the key shared, with the Grant's
+//     permits, and grants it: Granted, a new token.
+//   - A shared Grant of a shared key whose owner (not empty) is the owner
+//     of one of the key's shared grants is that grant's retry: Regranted
+//     with its token, nothing changes (the lease is not touched),
+//     whatever permits it names. Otherwise, if its permits are not the
+//     key's: PermitsMismatch; if fewer than permits hold the key: Granted,
+//     a new token; else GrantRejected. Nothing changes but on Granted.
+//   - Owners keep to one kind (no upgrade or downgrade in place): a shared
+//     Grant of a key held exclusively by its owner, or an exclusive Grant
+//     whose owner holds one of the key's shared grants, is KindMismatch;
+//     any other Grant of a key held in the other kind is GrantRejected.
+//   - A Release with a token, an Extend and an Expire act on the grant
+//     with that token only, shared or exclusive, as they always did; a
+//     shared key whose last holder leaves is free. A Release without a
+//     token of a shared key releases every shared holder, in token order:
+//     Released, Token 0, Slot the key's header row, and Table.Freed lists
+//     the slots of the grants it ended.
+//   - Below LevelShared a shared Grant changes nothing (NotEnabled), and so
+//     does every other command of its batch (see "Cluster version").
+//
+// A shared key is kept as a header row (the key's own row, in the index;
+// no token, no lease) and one row per shared grant (not in the index: it
+// names its header's slot instead of key bytes), and an index of the
+// key's holders by token and by owner, so that no command scans the
+// holders (a key may have MaxPermits of them). An exclusive lock costs
+// exactly what it did: its row is unchanged, and the shared keys' state
+// lives aside, as owners do.
+//
 // # The fence
 //
 // dragonboat forwards a proposal made on a follower to the leader, which
@@ -67,9 +105,9 @@
 // One Raft entry carries one Batch, little endian:
 //
 //	header (21 bytes, fixed so that Seal can patch it in place):
-//	  version  u8   (1, or 2 if a command is an owned Grant, 3: a fence,
-//	                4: a hand-off request, 5: a level report, 6: a raise,
-//	                7: a directory write)
+//	  version  u8   (1, or 2 if a command is an owned Grant, 8 if one is
+//	                a shared Grant; 3: a fence, 4: a hand-off request,
+//	                5: a level report, 6: a raise, 7: a directory write)
 //	  proposer u64  (not 0 in a fence; a Raft replica id in versions 4
 //	                to 7)
 //	  seq      u64  (the level, not 0, in versions 5 and 6; the base
@@ -80,12 +118,17 @@
 //	  blob     bloblen bytes
 //	count times:
 //	  op       u8   wire op: OpGrant..OpExpire, or 5 (owned Grant,
-//	                version 2 only)
+//	                versions 2 and 8 only), or 6 (shared Grant, version 8
+//	                only)
 //	  keylen   uvarint, 1..MaxKeyLen
 //	  key      keylen bytes
 //	  Grant:   lease_ms uvarint (a Grant without an owner)
 //	  5:       lease_ms uvarint, then
 //	           ownerlen uvarint, 1..MaxOwnerLen
+//	           owner    ownerlen bytes
+//	  6:       permits uvarint, 1..MaxPermits
+//	           lease_ms uvarint
+//	           ownerlen uvarint, 0..MaxOwnerLen (0: no owner)
 //	           owner    ownerlen bytes
 //	  Release: token uvarint (0 = whoever holds the key)
 //	  Extend:  token uvarint, lease_ms uvarint
@@ -94,8 +137,9 @@
 // Version 1 is the encoding from before owners, and version 2 is version 1
 // plus wire op 5, a Grant with an owner; it decodes to an OpGrant Command
 // with Owner set. Seal writes version 2 if and only if the batch has a
-// Grant with an owner, and DecodeBatch rejects a version 2 entry without
-// one, as it rejects op 5 in version 1: so each batch has exactly one
+// Grant with an owner (and no shared Grant, which makes it version 8),
+// and DecodeBatch rejects a version 2 entry without one, as it rejects
+// op 5 in version 1: so each batch has exactly one
 // encoding, and the entries of a cluster in which no client names an
 // owner are version 1, which a replica not yet upgraded applies as it
 // always did (see Seal for what an owned Grant does to one). DecodeBatch
@@ -129,6 +173,17 @@
 // (Seq 0). A report changes nothing in the table; a raise only its
 // cluster version. A replica of level 1 skips both and stays in step.
 //
+// Version 8 is version 2 plus wire op 6, a shared Grant (see "Shared
+// holds"): it decodes to an OpGrant Command with Permits set (and Owner,
+// if its owner length is not 0). Seal writes version 8 if and only if the
+// batch has a shared Grant, whatever its owners, and DecodeBatch rejects
+// op 6 in any other version and a version 8 entry without one: each
+// batch keeps exactly one encoding, and a batch without a shared Grant
+// is written as before. A replica of level 3 rejects version 8 as
+// unknown and skips the entry whole; below LevelShared a version 8 entry
+// changes nothing, every command of it answered NotEnabled, so that such
+// a replica stays in step (see FeatureLevel).
+//
 // Version 7 is a directory write (see "Directory"): the header, with
 // count 0, the proposing node's replica id as the proposer and the base
 // version in the seq field, then the blob, which ends the entry; it
@@ -151,7 +206,10 @@
 // shard; the leader raises once every voter has reported); this package
 // only applies the raise, and refuses to open a data dir or a snapshot of
 // a version above its FeatureLevel (ErrTooOld, StoredClusterVersion).
-// FeatureLevel's doc lists what each level brings.
+// FeatureLevel's doc lists what each level brings: level 3 the
+// directory (LevelMembership), level 4 shared holds (LevelShared: entry
+// version 8, snapshot stream version 6, the shared rows of "Pebble
+// layout"; below it a batch with a shared Grant changes nothing).
 //
 // # Directory
 //
@@ -178,9 +236,32 @@
 // All shards of a node share one pebble DB (see OpenDB):
 //
 //	't' shard(u32 BE) key  ->  token u64 LE, lease_ms u32 LE, owner       the lock table
+//	                           or 0 u64, permits u32 LE                   (a shared key's header)
+//	'g' shard(u32 BE) keylen(u8) key token(u64 BE)
+//	                       ->  token u64 LE, lease_ms u32 LE, owner       a shared grant of key
 //	'm' shard(u32 BE)      ->  applied u64 LE, seq u64 LE, fence u64 LE  the shard's meta
 //	                           [, cluster version u64 LE]
 //	'd' shard(u32 BE)      ->  directory version u64 LE, blob             the shard's directory
+//
+// A key held by shared grants (see "Shared holds") has its header under
+// 't', where an exclusive lock's row would be: token 0 (which no grant
+// has), its permits (1..MaxPermits) where the lease is, no owner (12
+// bytes). Each of its grants has a row under 'g', by key length, key
+// and token, valued as an exclusive lock's row, the token again first. A
+// prefix of their own rather than a suffix of the key: the table's keys
+// may be any bytes, so no suffix could tell a grant's row from another
+// key's; the length first keeps each key's grants one range, in token
+// order. The key's row under 't' is the key's whatever holds it, so a key
+// that changes kind between checkpoints gets its row overwritten, as a
+// ghost is, and the checkpoint deletes a freed grant's row as it deletes a
+// freed key's. A header has at least one grant and at most permits, and a
+// key's grants have distinct owners; Open refuses a table that breaks
+// that, or has shared rows below LevelShared. A build of level 3 never
+// sees them: the shard's meta says version 4 by then, and such a build
+// refuses it (ErrTooOld); and it would refuse a header (token 0) as a row
+// with a token the shard did not issue. The shard's rows are then two key
+// ranges, 't' and 'g', which a snapshot recovery, a restore and Open's
+// drop of orphan rows each delete together.
 //
 // The directory's row is absent while its version is 0 (a table that
 // never had a directory, or one below LevelMembership, and every data
@@ -212,8 +293,9 @@
 // level 1 refuses a 32-byte meta ("meta is 32 bytes, want 24"), and a
 // later build one of a version above its own (ErrTooOld).
 //
-// The big-endian shard id keeps each shard's table one contiguous key range,
-// so a shard can be scanned or dropped (DeleteRange) on its own.
+// The big-endian shard id keeps each shard's table (and its shared grants)
+// one contiguous key range, so a shard can be scanned or dropped
+// (DeleteRange) on its own.
 //
 // Pebble holds a checkpoint of the table: the rows of the keys held at some
 // applied index, the meta with that index, seq and fence, and the
@@ -235,18 +317,23 @@
 //
 // # Snapshot stream
 //
-//	header:  magic "btsn", version u8 (5 if the table's cluster version
-//	         is LevelMembership or more, else 4 if it is 2 or more, else
-//	         3 if it has a fence, else 2 if a lock has an owner, else 1),
+//	header:  magic "btsn", version u8 (6 if the table's cluster version
+//	         is LevelShared or more, else 5 if it is LevelMembership or
+//	         more, else 4 if it is 2 or more, else 3 if it has a fence,
+//	         else 2 if a lock has an owner, else 1),
 //	         shard u32 LE, applied u64 LE, seq u64 LE,
-//	         then in version 3: fence u64 LE (not 0), in versions 4 and
-//	         5: fence u64 LE (0: none), cluster version u64 LE (2 or
-//	         more; 3 or more in version 5, less in version 4), then in
-//	         version 5: directory version u64 LE, bloblen uvarint
-//	         (0..MaxDirectory), blob (0 and 0: never set; else neither)
+//	         then in version 3: fence u64 LE (not 0), in versions 4 to
+//	         6: fence u64 LE (0: none), cluster version u64 LE (2 or
+//	         more; 3 in version 5, 4 or more in version 6, less in
+//	         version 4), then in versions 5 and 6: directory version
+//	         u64 LE, bloblen uvarint (0..MaxDirectory), blob (0 and 0:
+//	         never set; else neither)
 //	records: keylen uvarint (1..MaxKeyLen), key, token uvarint,
 //	         lease_ms uvarint, then from version 2 on: ownerlen uvarint
-//	         (0..MaxOwnerLen, 0: no owner), owner; in key order
+//	         (0..MaxOwnerLen, 0: no owner), owner, then from version 6
+//	         on: permits uvarint (0: an exclusive lock, else
+//	         1..MaxPermits: a shared grant); one record per grant, in key
+//	         order, a shared key's grants in token order
 //	trailer: 0x00 (a keylen no record has), record count u64 LE,
 //	         CRC-32C u32 LE of every byte before it
 //
@@ -282,6 +369,21 @@
 // LevelMembership is rejected, and so is a version 4 stream of one at or
 // above it (one encoding per table).
 //
+// Version 6 is the stream of a table whose cluster version is LevelShared
+// or more, whether or not a key is shared: version 5 and a permits field
+// in every record, a shared key's grants one record each (no header: the
+// permits of its records are its own), consecutive, in strictly
+// increasing token order, all with the same permits, at most permits of
+// them, each owner once; RecoverFromSnapshot rejects a stream that breaks
+// that. A table below LevelShared is streamed as before (version 5 or
+// less), so that a node of level 3 can recover from it; a version 6
+// stream of a cluster version below LevelShared is rejected, and so is a
+// version 5 stream of one at or above it (one encoding per table). A
+// build of level 3 refuses a version 6 stream as "unknown version 6", as
+// a build of level 2 refuses version 5; it never has to recover from one
+// while it takes part, as a shard is raised to LevelShared only once
+// every voter runs a build of level 4.
+//
 // Mixing releases across the fence is not supported: a node of the
 // release before it rejects version 3 entries (it skips them, so it would
 // apply the batches a fence keeps out, and its table would part from the
@@ -302,11 +404,14 @@
 // backup with one part per shard, each part the shard's snapshot stream
 // above, of the in-memory table as Lookup(BackupQuery{}) copied it: so
 // from LevelMembership on, a part (version 5) carries the shard's
-// directory. RestoreBackup writes such a file into the lock table of a
-// new node, as the tables of a new cluster: applied index 0, the first
-// seq of the next restore epoch, fence 0, cluster version 1, no
-// directory (a new cluster has new members; BackupInfo.Directory shows
-// the old ones; see RestoreBackup).
+// directory, and from LevelShared on (version 6) its shared grants, each
+// counted as a lock. RestoreBackup writes such a file into the lock table
+// of a new node, as the tables of a new cluster: applied index 0, the
+// first seq of the next restore epoch, fence 0, cluster version 1 (but
+// LevelShared for a shard that holds a shared grant: the lowest version
+// that can hold one), no directory (a new cluster has new members;
+// BackupInfo.Directory shows the old ones; see RestoreBackup). Every grant
+// keeps its token, shared ones too.
 //
 // # Memory and concurrency
 //
@@ -319,7 +424,10 @@
 // GC scans almost nothing of a big table; measured with 1,000,000 locks
 // held, the table is about 55 bytes per lock of 17-byte keys. Owners are
 // kept aside from the rows, for the rows that have one, so that a lock
-// without an owner costs nothing for them. The arena reclaims freed key
+// without an owner costs nothing for them; so are shared keys (see
+// "Shared holds"): a shared grant is a row of 16 bytes, without key
+// bytes or an index entry, plus its entry in its key's holder index (a
+// map by token, and one by owner for the grants with one). The arena reclaims freed key
 // bytes a chunk at a time: a chunk other than the tail that falls below
 // half live has its live keys copied to the tail and is dropped, so the
 // arena stays under twice its live bytes plus a chunk, and one compaction
@@ -358,13 +466,17 @@ const MaxKeyLen = 250
 // MaxOwnerLen is the longest owner a Grant may carry (the protocol's limit).
 const MaxOwnerLen = 64
 
+// MaxPermits is the most permits a shared Grant may name (the protocol's
+// limit): a shared key has at most this many holders at once.
+const MaxPermits = 1_000_000
+
 // Op is a replicated command's kind.
 type Op uint8
 
 // Commands.
 const (
-	OpGrant   Op = 1 // Grant{Key, LeaseMs, Owner}: take a free key, assign a new token
-	OpRelease Op = 2 // Release{Key, Token}: Token 0 releases whoever holds Key
+	OpGrant   Op = 1 // Grant{Key, LeaseMs, Owner, Permits}: take a free key (or, with Permits, one of a shared key's permits), assign a new token
+	OpRelease Op = 2 // Release{Key, Token}: Token 0 releases whoever holds Key (every shared holder)
 	OpExtend  Op = 3 // Extend{Key, Token, LeaseMs}
 	OpExpire  Op = 4 // Expire{Key, Token}: the leader saw the lease run out
 )
@@ -376,6 +488,12 @@ type Command struct {
 	Key     []byte
 	Token   uint64
 	LeaseMs uint32
+	// Permits is 0 for an exclusive Grant; 1..MaxPermits makes the Grant
+	// a shared one, for one of Permits shared holds of the key (protocol
+	// version 1.4; see "Shared holds" in the package doc). Other ops do not
+	// carry it: Batch.Append ignores it and DecodeBatch leaves it 0. (Next
+	// to LeaseMs, in what was padding: a Command is the 72 bytes it was.)
+	Permits uint32
 	// Owner names the Grant's owner, 0..MaxOwnerLen bytes (empty: none); a
 	// retry of the Grant with the same owner is Regranted. Other ops do not
 	// carry it: Batch.Append ignores it and DecodeBatch leaves it nil, as
@@ -390,25 +508,46 @@ type Code uint8
 // Outcomes.
 const (
 	Granted       Code = 1 // Grant took the key; Result.Token is the new token
-	GrantRejected Code = 2 // Grant found the key held, and not by the Grant's owner; nothing changed
-	Released      Code = 3 // Release freed the key
+	GrantRejected Code = 2 // Grant found the key held (shared: every permit taken), and not by the Grant's owner; nothing changed
+	Released      Code = 3 // Release freed the grant (without a token: every grant of the key)
 	NotHeld       Code = 4 // Release/Extend found no matching holder; nothing changed
 	Extended      Code = 5 // Extend set the lease
-	Expired       Code = 6 // Expire freed the key (token matched)
+	Expired       Code = 6 // Expire freed the grant (token matched)
 	Noop          Code = 7 // Expire found no matching holder, or an unknown op
-	Regranted     Code = 8 // Grant found the key held by its owner (a retry); Result.Token is the holder's; nothing changed
+	Regranted     Code = 8 // Grant found the key held by its owner, or one of its shared grants (a retry); Result.Token is that grant's; nothing changed
 	Fenced        Code = 9 // the batch's proposer does not hold the fence: no command of the batch changed anything
+	// NotEnabled: the batch has a shared Grant and the table's cluster
+	// version is below LevelShared; no command of the batch changed
+	// anything (a replica of level 3 skips the whole entry).
+	NotEnabled Code = 10
+	// PermitsMismatch: a shared Grant named other permits than the key's
+	// shared holders have; nothing changed.
+	PermitsMismatch Code = 11
+	// KindMismatch: a Grant's owner holds the key, but in the other kind
+	// (a shared Grant of an owner that holds the key exclusively, or an
+	// exclusive Grant of an owner that holds one of its shared grants);
+	// nothing changed.
+	KindMismatch Code = 12
 )
 
-// Result is the outcome of one command, in the order of the batch.
+// Result is the outcome of one command, in the order of the batch. It is
+// comparable (==).
 type Result struct {
-	Code  Code
-	Token uint64 // Granted: the new token; Regranted, Extended: the holder's token; Released/Expired: the freed token
-	// Slot is the table's row of the command's key (see Table) for the
-	// codes that name a holder: Granted, Regranted, Extended, Released and
-	// Expired (the row the key was freed from); 0 for the others. A row
-	// freed by an entry is not reused before the entry's Applied returns,
-	// so within one entry a slot names one key.
+	Code Code
+	// Token is, for Granted, the new token; for Regranted and Extended,
+	// the grant's token; for Released and Expired, the freed grant's
+	// token, and 0 for a Release without a token of a shared key (it
+	// freed every shared grant: Table.Freed lists them).
+	Token uint64
+	// Slot is the table's row of the grant the command is about (see
+	// Table) for the codes that name one: Granted, Regranted, Extended,
+	// Released and Expired (the row the grant was freed from); 0 for the
+	// others. A shared grant has a row of its own, so Slot is that
+	// grant's. A Release without a token of a shared key names the key's
+	// header row (Table.Find's slot, which is no grant) and its freed
+	// grants are Table.Freed's. A row freed by an entry is not reused
+	// before the entry's Applied returns, so within one entry a slot
+	// names one grant.
 	Slot uint32
 }
 
@@ -462,6 +601,10 @@ type Header struct {
 	Base      uint64 // Directory: the directory version the write replaces (encoded in the seq field; Seq is 0)
 	Blob      []byte // Directory: the new directory, 1..MaxDirectory bytes
 	Size      int
+	// shared marks an entry of version 8, a batch with a shared Grant:
+	// DecodeBatch sets it, so that applyBatch knows without a look at
+	// every command; Seal ignores it (Append's commands decide).
+	shared bool
 }
 
 // kinds counts the entry kinds h is marked with; a batch of commands is
@@ -476,11 +619,16 @@ func (h Header) kinds() int {
 	return n
 }
 
-// Lock is one held lock as the table stores it.
+// Lock is one grant as the table stores it: an exclusive lock, or one
+// shared grant of a shared key (Key is then the key's, and the key has one
+// Lock per shared grant).
 type Lock struct {
 	Key     []byte
 	Token   uint64
 	LeaseMs uint32
+	// Permits is 0 for an exclusive lock, and the key's permits for a
+	// shared grant.
+	Permits uint32
 	Owner   []byte // the grant's owner; nil if it has none
 }
 
@@ -515,7 +663,9 @@ type Observer interface {
 	// Fenced); undecodable entries are not reported. Command.Key and
 	// Command.Owner alias the Raft entry. The table is the entry's end
 	// state: a key the entry changed twice shows the second change while
-	// Applied reads the first one's result.
+	// Applied reads the first one's result. A Release without a token of
+	// a shared key ends several grants: Table.Freed(i) lists their slots
+	// for results[i], during this call.
 	Applied(shardID uint64, index uint64, h Header, cmds []Command, results []Result)
 }
 
@@ -523,7 +673,11 @@ type Observer interface {
 // a LookupResult for that key from the committed table.
 type LookupKey []byte
 
-// LookupResult answers a LookupKey.
+// LookupResult answers a LookupKey. For an exclusively held key, Token,
+// LeaseMs and Owner are its grant's and Permits and Holders are 0; for a
+// key held by shared grants, Permits is the key's permits, Holders the
+// number of its shared grants (1..Permits), and Token, LeaseMs and Owner
+// are zero (each grant has its own: Table). A free key is all zero.
 type LookupResult struct {
 	Held    bool
 	Token   uint64
@@ -531,4 +685,7 @@ type LookupResult struct {
 	// Owner is the grant's owner ("" if none). A string, so that the result
 	// stays comparable; it is the table's own (immutable) copy.
 	Owner string
+	// Permits and Holders describe a shared key (see above).
+	Permits uint32
+	Holders uint32
 }

@@ -1,16 +1,28 @@
 package statemachine
 
-import "unsafe"
+import (
+	"slices"
+	"unsafe"
+)
 
-// row is one key's row in the table: what pebble stores under the key, but
-// for the owner, which the table keeps aside (see table.owners), and the
-// key itself, which is in the arena. 16 bytes, as the row was before the
-// key moved into it: the row's flags take the low ShardBits bits of the
-// token, which in a token are the shard id (the table knows it: token).
+// row is one grant's row in the table, or a shared key's header: what
+// pebble stores under the key, but for the owner, which the table keeps
+// aside (see table.owners), and the key itself, which is in the arena. 16
+// bytes, as the row was before the key moved into it: the row's flags take
+// the low ShardBits bits of the token, which in a token are the shard id
+// (the table knows it: token).
+//
+// There are three kinds of row (see "Shared holds" in the package doc):
+// an exclusive lock's (the key's own row: in the index, its key in the
+// arena); a shared key's header (rowShared: the key's own row too, with no
+// token and no lease; the key's permits and holders are in table.shared);
+// and a shared grant's (rowGrant: not in the index, and key is not an
+// arena ref but the slot of its key's header row, so that a shared grant
+// costs no key bytes).
 type row struct {
 	tok     uint64 // the holder's token, its low ShardBits bits the row's flags
 	leaseMs uint32
-	key     uint32 // the key's ref in the arena
+	key     uint32 // the key's ref in the arena; a shared grant's: its header's slot
 }
 
 // The flags of a row.
@@ -31,9 +43,31 @@ const (
 	// before the checkpoint, so that the slot is listed at most once
 	// whatever takes it next.
 	rowListed
+	// rowShared: the row is a shared key's header (held while the key has
+	// shared holders; a ghost without rowShared once it has none).
+	rowShared
+	// rowGrant: the row is a shared grant's. A ghost grant keeps it, with
+	// its token and its header's slot, so that the checkpoint can name the
+	// pebble row it deletes.
+	rowGrant
 
 	rowFlags = 1<<ShardBits - 1
 )
+
+// freedWindow says that the entry's command cmd freed the shared grants
+// freedAll[at:end].
+type freedWindow struct{ cmd, at, end int }
+
+// sharedKey is what the table knows of a key held by shared grants,
+// beside its header row: its permits and an index of its holders, by
+// token (for a Release, Extend or Expire of one of them, and for the
+// release of all) and by owner (for a retry), so that no command scans
+// the holders, of which a key may have MaxPermits.
+type sharedKey struct {
+	permits uint32
+	grants  map[uint64]uint32 // token -> slot, every shared grant of the key
+	owners  map[string]uint32 // owner -> slot, the grants with an owner; nil until one
+}
 
 // table is one shard's lock table and token counter, in memory. Update
 // applies commands here and never reads pebble, which keeps the hot path to
@@ -83,6 +117,30 @@ type table struct {
 	// bytes per row as soon as one lock has an owner. nil until then.
 	owners map[uint32]string
 
+	// shared holds every shared key's permits and holders, by the slot of
+	// its header row; nil until the first shared grant. Aside from the
+	// rows, as owners are, so that an exclusive lock costs nothing for
+	// it.
+	shared map[uint32]*sharedKey
+	// spare keeps up to maxSpare sharedKeys of small keys that went free,
+	// their maps emptied but not their memory, for the next key that
+	// becomes shared: so a semaphore that its holders leave and take
+	// again allocates nothing.
+	spare []*sharedKey
+	// freedAll lists, for the entry being applied, the grants freed by
+	// each Release without a token of a shared key, and freedBy says
+	// which command freed which of them (Table.Freed); batch is the
+	// entry's commands while applyBatch applies them, so that such a
+	// release finds its own index among them (by address: nothing to do
+	// per command). Kept in the table rather than in Result, so that a
+	// Result stays the 24 comparable bytes it was (two more fields cost
+	// the exclusive path about 30 instructions a command, measured with
+	// cachegrind), and the rare release of every shared holder allocates
+	// nothing once the list has grown. Emptied by endEntry.
+	freedAll []uint32
+	freedBy  []freedWindow
+	batch    []Command
+
 	// changed lists the slots of every row that became dirty since the
 	// checkpoint (rowListed), and dirty counts the rows that still are. A
 	// key's first change since the checkpoint finds whether the checkpoint
@@ -124,6 +182,10 @@ func newTable(shard uint64, seq uint64, sizeHint int) *table {
 //   - Once the table has a fence, a batch of any other proposer is answered
 //     Fenced, every command of it, and changes nothing: no row, no token
 //     counter, no changed set.
+//   - Below LevelShared, a batch with a shared Grant (entry version 8) is
+//     answered NotEnabled, every command of it, and changes nothing: a
+//     replica of level 3 rejects the entry as unknown and skips it whole,
+//     so no command of it may take effect on the others either.
 //   - Any other batch applies command by command, as it did before fences
 //     existed (before the first fence, that is every batch).
 func (t *table) applyBatch(h Header, cmds []Command, results []Result) []Result {
@@ -141,19 +203,38 @@ func (t *table) applyBatch(h Header, cmds []Command, results []Result) []Result 
 		for range cmds {
 			results = append(results, Result{Code: Fenced})
 		}
+	case t.level < LevelShared && h.shared:
+		// An entry of version 8, which a replica of level 3 skips whole:
+		// none of it may take effect here either.
+		for range cmds {
+			results = append(results, Result{Code: NotEnabled})
+		}
 	default:
+		t.batch = cmds
 		for i := range cmds {
 			results = append(results, t.apply(&cmds[i]))
 		}
+		t.batch = nil // it aliases the Raft entries
 	}
 	return results
 }
 
 // apply executes one command. It is the whole of baton's lock semantics and
 // must stay deterministic: its only inputs are the table and the command.
+// An exclusive command of a key that is free or held exclusively takes the
+// path it took before shared holds existed, at the cost of one test;
+// anything shared is applyShared's.
 func (t *table) apply(c *Command) Result {
 	i, found := t.find(c.Key)
-	held := found && t.rows[i].tok&rowHeld != 0
+	var flags uint64
+	if found {
+		flags = t.rows[i].tok
+	}
+	// Only a held header has rowShared (a ghost has not).
+	if flags&rowShared != 0 || c.Permits != 0 && c.Op == OpGrant {
+		return t.applyShared(c, i, found, flags&rowHeld != 0)
+	}
+	held := flags&rowHeld != 0
 	switch c.Op {
 	case OpGrant:
 		if t.plantedGrant(c.Key, held, i) != held { // the chaos run's planted bugs; a no-op without -tags chaosmutation
@@ -203,11 +284,257 @@ func (t *table) apply(c *Command) Result {
 	return Result{Code: Noop}
 }
 
+// applyShared executes a command of a key held by shared grants (held,
+// its header in slot i), or a shared Grant of any key (see "Shared holds"
+// in the package doc). Like apply, deterministic: the holder index is
+// only ever looked up, and the release of every holder goes in token
+// order.
+func (t *table) applyShared(c *Command, i uint32, found, held bool) Result {
+	var sk *sharedKey
+	if held && t.rows[i].tok&rowShared != 0 {
+		sk = t.shared[i]
+	}
+	switch c.Op {
+	case OpGrant:
+		if c.Permits == 0 {
+			// An exclusive Grant of a shared key: no upgrade in place.
+			if len(c.Owner) > 0 {
+				if _, ok := sk.owners[string(c.Owner)]; ok {
+					return Result{Code: KindMismatch}
+				}
+			}
+			return Result{Code: GrantRejected}
+		}
+		return t.grantShared(c, i, found, held, sk)
+	case OpRelease:
+		if c.Token == 0 {
+			return t.releaseAll(i, sk, c)
+		}
+		g, ok := sk.grants[c.Token]
+		if !ok {
+			return Result{Code: NotHeld}
+		}
+		t.releaseGrant(g)
+		return Result{Code: Released, Token: c.Token, Slot: g}
+	case OpExtend:
+		g, ok := sk.grants[c.Token]
+		if !ok {
+			return Result{Code: NotHeld}
+		}
+		t.change(g)
+		t.rows[g].leaseMs = c.LeaseMs
+		return Result{Code: Extended, Token: c.Token, Slot: g}
+	case OpExpire:
+		g, ok := sk.grants[c.Token]
+		if !ok {
+			return Result{Code: Noop}
+		}
+		t.releaseGrant(g)
+		return Result{Code: Expired, Token: c.Token, Slot: g}
+	}
+	return Result{Code: Noop}
+}
+
+// grantShared applies the shared Grant c of a key whose row is in slot i
+// (found: a ghost if not held), sk if shared holders hold it.
+func (t *table) grantShared(c *Command, i uint32, found, held bool, sk *sharedKey) Result {
+	switch {
+	case t.level < LevelShared:
+		return Result{Code: NotEnabled}
+	case !held:
+		if found {
+			// A ghost: the key's row comes back, as its header.
+			r := &t.rows[i]
+			r.tok = r.tok&(rowStored|rowDirty|rowListed) | rowHeld | rowShared
+			r.leaseMs = 0
+		} else {
+			i = t.insertRow(c.Key, rowHeld|rowShared)
+		}
+		t.change(i)
+		t.addShared(i, c.Permits)
+		return t.addGrant(i, c)
+	case sk == nil:
+		// Held exclusively: no downgrade in place.
+		if len(c.Owner) > 0 && t.ownerOf(i) == string(c.Owner) {
+			return Result{Code: KindMismatch}
+		}
+		return Result{Code: GrantRejected}
+	}
+	if len(c.Owner) > 0 {
+		if g, ok := sk.owners[string(c.Owner)]; ok {
+			return Result{Code: Regranted, Token: t.token(g), Slot: g}
+		}
+	}
+	switch {
+	case c.Permits != sk.permits:
+		return Result{Code: PermitsMismatch}
+	case uint32(len(sk.grants)) >= sk.permits:
+		return Result{Code: GrantRejected}
+	}
+	return t.addGrant(i, c)
+}
+
+// addShared makes the key whose header is in slot h a shared key of
+// permits, without holders yet.
+func (t *table) addShared(h uint32, permits uint32) {
+	if t.shared == nil {
+		t.shared = make(map[uint32]*sharedKey)
+	}
+	if n := len(t.spare); n > 0 {
+		sk := t.spare[n-1]
+		t.spare = t.spare[:n-1]
+		sk.permits = permits
+		t.shared[h] = sk
+		return
+	}
+	t.shared[h] = &sharedKey{permits: permits, grants: make(map[uint64]uint32, min(permits, 8))}
+}
+
+// The most sharedKeys table.spare keeps, and the most grants one may
+// have had to be kept (its maps keep the room they grew to).
+const (
+	maxSpare       = 64
+	maxSpareGrants = 64
+)
+
+// retire drops sk, a key's that has no holder left, or keeps it spare.
+func (t *table) retire(sk *sharedKey) {
+	if len(t.spare) >= maxSpare || sk.permits > maxSpareGrants {
+		return
+	}
+	clear(sk.grants)
+	clear(sk.owners)
+	t.spare = append(t.spare, sk)
+}
+
+// addGrant issues a new token to the shared Grant c of the key whose
+// header is in slot h.
+func (t *table) addGrant(h uint32, c *Command) Result {
+	t.seq++
+	tok := t.seq<<ShardBits | t.shard
+	g := t.newGrant(h, tok, c.LeaseMs, c.Owner, 0)
+	t.change(g)
+	return Result{Code: Granted, Token: tok, Slot: g}
+}
+
+// newGrant adds a held shared grant of the key whose header is in slot h
+// (in t.shared), with flags (rowStored for a row the checkpoint has), and
+// returns its slot.
+func (t *table) newGrant(h uint32, tok uint64, leaseMs uint32, owner []byte, flags uint64) uint32 {
+	g := t.newSlot()
+	t.rows[g] = row{tok: t.rows[g].tok&rowListed | flags | rowGrant, key: h}
+	t.hold(g, tok, leaseMs, owner)
+	sk := t.shared[h]
+	sk.grants[tok] = g
+	if len(owner) > 0 {
+		if sk.owners == nil {
+			sk.owners = make(map[string]uint32)
+		}
+		sk.owners[t.owners[g]] = g // hold's string: one copy for both
+	}
+	return g
+}
+
+// releaseGrant frees the held shared grant in slot g, and its key's header
+// if it was the last holder.
+func (t *table) releaseGrant(g uint32) {
+	h := t.rows[g].key
+	sk := t.shared[h]
+	delete(sk.grants, t.token(g))
+	if t.rows[g].tok&rowOwned != 0 {
+		delete(sk.owners, t.owners[g])
+	}
+	t.freeGrant(g)
+	if len(sk.grants) == 0 {
+		t.releaseHeader(h)
+	}
+}
+
+// releaseAll frees every shared grant of the key whose header is in slot
+// h, in token order, and the header: c, a Release without a token.
+func (t *table) releaseAll(h uint32, sk *sharedKey, c *Command) Result {
+	toks := make([]uint64, 0, len(sk.grants))
+	for tok := range sk.grants {
+		toks = append(toks, tok)
+	}
+	slices.Sort(toks)
+	at := len(t.freedAll)
+	for _, tok := range toks {
+		g := sk.grants[tok]
+		t.freedAll = append(t.freedAll, g)
+		t.freeGrant(g) // sk goes as a whole, with its maps
+	}
+	t.releaseHeader(h)
+	cmd := -1 // not applied by applyBatch: a test's
+	for j := range t.batch {
+		if &t.batch[j] == c {
+			cmd = j
+			break
+		}
+	}
+	t.freedBy = append(t.freedBy, freedWindow{cmd: cmd, at: at, end: len(t.freedAll)})
+	return Result{Code: Released, Slot: h}
+}
+
+// freeGrant frees the held shared grant in slot g, as release frees an
+// exclusive one, but for the holder index (the caller's): a grant the
+// checkpoint has becomes a ghost, keeping its token and header for the
+// delete the checkpoint writes; any other leaves the table.
+func (t *table) freeGrant(g uint32) {
+	r := &t.rows[g]
+	if r.tok&rowOwned != 0 {
+		delete(t.owners, g)
+	}
+	r.tok &^= rowHeld | rowOwned
+	r.leaseMs = 0
+	t.held--
+	if r.tok&rowStored != 0 {
+		t.change(g)
+		return
+	}
+	if r.tok&rowDirty != 0 {
+		t.dirty--
+	}
+	*r = row{tok: r.tok & rowListed}
+	t.freed = append(t.freed, g)
+}
+
+// releaseHeader frees the header in slot h of a key that has no shared
+// holder left: the key is free, and its row a ghost or gone, as release
+// leaves an exclusive lock's (but for held, which counts grants).
+func (t *table) releaseHeader(h uint32) {
+	t.retire(t.shared[h])
+	delete(t.shared, h)
+	r := &t.rows[h]
+	r.tok &= rowStored | rowDirty | rowListed
+	if r.tok&rowStored != 0 {
+		t.change(h)
+		return
+	}
+	if r.tok&rowDirty != 0 {
+		t.dirty--
+	}
+	t.drop(h)
+	t.freed = append(t.freed, h)
+}
+
 // token is the holder's token of the row in slot i.
 func (t *table) token(i uint32) uint64 { return t.rows[i].tok&^rowFlags | t.shard }
 
-// keyOf is the key of the row in slot i: the arena's bytes, read-only.
-func (t *table) keyOf(i uint32) []byte { return t.keys.key(t.rows[i].key) }
+// keyOf is the key of the row in slot i: the arena's bytes, read-only. A
+// shared grant's is its header's.
+func (t *table) keyOf(i uint32) []byte {
+	r := &t.rows[i]
+	if r.tok&rowGrant != 0 {
+		r = &t.rows[r.key]
+	}
+	return t.keys.key(r.key)
+}
+
+// indexKey is the key of the row in slot i, which is in the index (an
+// exclusive lock's, a header's or a ghost of either): keyOf without the
+// test for a shared grant, for the index's probes.
+func (t *table) indexKey(i uint32) []byte { return t.keys.key(t.rows[i].key) }
 
 // heldSlot returns the slot of key's row if key is held.
 func (t *table) heldSlot(key []byte) (uint32, bool) {
@@ -231,25 +558,38 @@ func (t *table) change(i uint32) {
 // insert adds a held row for key, which has no row, with flags (rowStored
 // for a row the checkpoint has), and returns its slot.
 func (t *table) insert(key []byte, tok uint64, leaseMs uint32, owner []byte, flags uint64) uint32 {
-	var i uint32
-	if n := len(t.free); n > 0 {
-		i = t.free[n-1]
-		t.free = t.free[:n-1]
-		flags |= t.rows[i].tok & rowListed
-	} else {
-		i = uint32(len(t.rows))
-		t.rows = append(t.rows, row{})
-	}
-	t.rows[i] = row{tok: flags, key: t.keys.add(key)}
+	// insertRow and hold, written out: the hot path of a grant.
+	i := t.newSlot()
+	t.rows[i] = row{tok: t.rows[i].tok&rowListed | flags, key: t.keys.add(key)}
 	t.indexAdd(key, i)
 	t.hold(i, tok, leaseMs, owner)
 	return i
 }
 
+// insertRow adds a row with flags for key, which has no row, to the index
+// and returns its slot.
+func (t *table) insertRow(key []byte, flags uint64) uint32 {
+	i := t.newSlot()
+	t.rows[i] = row{tok: t.rows[i].tok&rowListed | flags, key: t.keys.add(key)}
+	t.indexAdd(key, i)
+	return i
+}
+
+// newSlot returns a free slot, whose row is empty but for rowListed.
+func (t *table) newSlot() uint32 {
+	if n := len(t.free); n > 0 {
+		i := t.free[n-1]
+		t.free = t.free[:n-1]
+		return i
+	}
+	t.rows = append(t.rows, row{})
+	return uint32(len(t.rows) - 1)
+}
+
 // hold makes the row in slot i, which is not held, the holder's.
 func (t *table) hold(i uint32, tok uint64, leaseMs uint32, owner []byte) {
 	r := &t.rows[i]
-	r.tok = r.tok&(rowStored|rowDirty|rowListed) | tok&^rowFlags | rowHeld
+	r.tok = r.tok&(rowStored|rowDirty|rowListed|rowGrant) | tok&^rowFlags | rowHeld
 	r.leaseMs = leaseMs
 	if len(owner) > 0 {
 		r.tok |= rowOwned
@@ -313,7 +653,14 @@ func (t *table) compactChunk(c uint32) {
 func (t *table) endEntry() {
 	t.free = append(t.free, t.freed...)
 	t.freed = t.freed[:0]
+	if cap(t.freedAll) > maxKeptFreedAll {
+		t.freedAll = nil // a release of a million holders: not kept
+	}
+	t.freedAll, t.freedBy = t.freedAll[:0], t.freedBy[:0]
 }
+
+// maxKeptFreedAll is the most slots of freedAll endEntry keeps room for.
+const maxKeptFreedAll = 1 << 12
 
 // eachChanged calls fn for every dirty row: held (the checkpoint must write
 // it) or a ghost (the checkpoint must delete it).
@@ -336,6 +683,10 @@ func (t *table) checkpointed() {
 		case !dirty:
 		case r.tok&rowHeld != 0:
 			r.tok |= rowStored
+		case r.tok&rowGrant != 0:
+			// A ghost grant is in no index and has no key bytes.
+			*r = row{}
+			t.free = append(t.free, i)
 		default:
 			t.drop(i)
 			t.rows[i].tok = 0
@@ -355,25 +706,44 @@ func (t *table) ownerOf(i uint32) string {
 	return t.owners[i]
 }
 
-// get returns key's holder, if key is held.
+// get returns key's holder, if key is held: for a shared key, its permits
+// and holders.
 func (t *table) get(key []byte) (LookupResult, bool) {
 	i, ok := t.heldSlot(key)
 	if !ok {
 		return LookupResult{}, false
 	}
+	if t.rows[i].tok&rowShared != 0 {
+		sk := t.shared[i]
+		return LookupResult{Held: true, Permits: sk.permits, Holders: uint32(len(sk.grants))}, true
+	}
 	return LookupResult{Held: true, Token: t.token(i), LeaseMs: t.rows[i].leaseMs, Owner: t.ownerOf(i)}, true
 }
 
+// len is the number of grants held: exclusive locks and shared grants, not
+// keys (a shared key's header is not a grant).
 func (t *table) len() int { return t.held }
 
-// each calls fn for every held lock, in no order. Keys alias the arena and
-// owners the owner strings (both immutable, read-only) so that handing a
-// million locks to the observer does not allocate a million slices.
+// isGrant reports whether the row in slot i is a held grant (an exclusive
+// lock or a shared grant), not a header, a ghost or a free row.
+func (t *table) isGrant(i uint32) bool { return t.rows[i].tok&(rowHeld|rowShared) == rowHeld }
+
+// permitsOf is the permits of the grant in slot i: its key's for a shared
+// grant, 0 for an exclusive lock.
+func (t *table) permitsOf(i uint32) uint32 {
+	if r := t.rows[i]; r.tok&rowGrant != 0 {
+		return t.shared[r.key].permits
+	}
+	return 0
+}
+
+// each calls fn for every held grant, in slot order. Keys alias the arena
+// and owners the owner strings (both immutable, read-only) so that handing
+// a million locks to the observer does not allocate a million slices.
 func (t *table) each(fn func(Lock)) {
 	for i := range t.rows {
-		if t.rows[i].tok&rowHeld != 0 {
-			s := uint32(i)
-			fn(Lock{Key: t.keyOf(s), Token: t.token(s), LeaseMs: t.rows[i].leaseMs, Owner: aliasBytes(t.ownerOf(s))})
+		if s := uint32(i); t.isGrant(s) {
+			fn(Lock{Key: t.keyOf(s), Token: t.token(s), LeaseMs: t.rows[i].leaseMs, Owner: aliasBytes(t.ownerOf(s)), Permits: t.permitsOf(s)})
 		}
 	}
 }

@@ -2,6 +2,7 @@ package statemachine
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,12 +20,15 @@ import (
 // and a new cluster's tables written from such a file before it starts.
 //
 // The file's format (package backup's version 1) did not change with the
-// directory: each part says its own stream version, and a part of
-// version 5 carries the shard's directory. So every backup written
-// before still restores as it did, and a backup of a cluster below
-// LevelMembership is the same file as before; a build of level 2 refuses
-// a part of version 5 ("unknown version 5"), as it would refuse to take
-// part in the cluster it came from.
+// directory nor with shared holds: each part says its own stream version,
+// a part of version 5 carries the shard's directory, and one of version 6
+// its shared grants too. So every backup written before still restores as
+// it did, and a backup of a cluster below LevelMembership is the same
+// file as before; a build of level 2 refuses a part of version 5 ("unknown
+// version 5"), and one of level 3 a part of version 6, as they would
+// refuse to take part in the cluster it came from. A part's lock count
+// (backup.Part.Locks, BackupInfo.Locks) counts grants: each shared grant
+// is one.
 //
 // A shard is captured by Lookup(BackupQuery{}), on any replica (dragonboat's
 // StaleRead): under the table's read lock it copies the table's locks
@@ -105,13 +109,14 @@ type ShardBackup struct {
 	locks []backupLock // in key order
 }
 
-// backupLock is one lock of a ShardBackup. Its key aliases the table's
+// backupLock is one grant of a ShardBackup. Its key aliases the table's
 // arena and its owner is the table's own string, neither of which ever
 // changes: the copy is of their headers.
 type backupLock struct {
 	key, owner string
 	token      uint64
 	leaseMs    uint32
+	permits    uint32 // 0: an exclusive lock
 }
 
 // WriteTo writes the table's snapshot stream (the one SaveSnapshot would
@@ -129,7 +134,13 @@ func (s *onDisk) captureBackup() (*ShardBackup, error) {
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(b.locks, func(x, y backupLock) int { return strings.Compare(x.key, y.key) })
+	// In key order, a shared key's grants in token order: the stream's.
+	slices.SortFunc(b.locks, func(x, y backupLock) int {
+		if c := strings.Compare(x.key, y.key); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.token, y.token)
+	})
 	return b, nil
 }
 
@@ -167,7 +178,7 @@ func (s *onDisk) copyLocked(buf []backupLock) (*ShardBackup, error) {
 		return nil, ErrClosed
 	}
 	t.each(func(l Lock) {
-		buf = append(buf, backupLock{key: aliasString(l.Key), owner: aliasString(l.Owner), token: l.Token, leaseMs: l.LeaseMs})
+		buf = append(buf, backupLock{key: aliasString(l.Key), owner: aliasString(l.Owner), token: l.Token, leaseMs: l.LeaseMs, permits: l.Permits})
 	})
 	return &ShardBackup{shard: s.shard, meta: t.meta(s.applied), owned: len(t.owners) > 0, locks: buf}, nil
 }
@@ -184,7 +195,7 @@ func (r *lockRows) next() (Lock, bool) {
 	}
 	l := &r.locks[r.i]
 	r.i++
-	return Lock{Key: aliasBytes(l.key), Token: l.token, LeaseMs: l.leaseMs, Owner: aliasBytes(l.owner)}, true
+	return Lock{Key: aliasBytes(l.key), Token: l.token, LeaseMs: l.leaseMs, Owner: aliasBytes(l.owner), Permits: l.permits}, true
 }
 
 func (r *lockRows) err() error { return nil }
@@ -289,13 +300,17 @@ func CheckBackup(r io.Reader) (BackupInfo, error) {
 // every token the backed-up cluster issued, before the backup or after it
 // (see "Restore epochs" above), and fence 0 (no proposer of the new
 // cluster has fenced yet); cluster version 1, as a cluster bootstrapped
-// fresh, which the new cluster's nodes raise again; and no directory. The
+// fresh, which the new cluster's nodes raise again, but for a shard that
+// holds a shared grant, which gets LevelShared (the lowest version whose
+// tables hold shared grants: a build of level 3 refuses the data dir, as
+// it cannot read them, and the shard's shared grants are released,
+// extended and expire as in the cluster backed up); and no directory. The
 // directory is dropped on purpose: it is the membership of the cluster
 // backed up (in shard 1's), and a restored cluster is a new cluster with
 // new members, bootstrapped from its own --peers; keeping the old list
 // would make the engine believe in members that are not there.
-// BackupInfo.Directory still shows it. The held locks keep their tokens,
-// all in the backup's epoch or below. A db in which a shard has a table
+// BackupInfo.Directory still shows it. The held locks, shared grants
+// among them, keep their tokens, all in the backup's epoch or below. A db in which a shard has a table
 // already is refused, and so is a backup of a cluster in epoch MaxEpoch
 // (ErrEpochsExhausted). The rows are written shard by shard, each shard
 // checked first, and every meta at the end in one synced batch: until then
@@ -309,8 +324,13 @@ func RestoreBackup(db *pebble.DB, r io.Reader) (BackupInfo, error) {
 		return BackupInfo{}, fmt.Errorf("statemachine: the lock table already has shard %d; restore only into a new one", shard)
 	}
 	var restored []*onDisk
+	var levels []uint64 // each restored shard's cluster version
 	info, err := readBackup(r, db, func(s *onDisk, t *table) error {
 		restored = append(restored, s)
+		levels = append(levels, levelNone)
+		if len(t.shared) > 0 {
+			levels[len(levels)-1] = LevelShared
+		}
 		b, err := s.writeRows(t, nil)
 		if err != nil {
 			return err
@@ -327,8 +347,8 @@ func RestoreBackup(db *pebble.DB, r io.Reader) (BackupInfo, error) {
 	}
 	b := db.NewBatch()
 	defer b.Close()
-	for _, s := range restored {
-		s.putMeta(b, meta{seq: uint64(info.RestoreEpoch) << epochShift})
+	for i, s := range restored {
+		s.putMeta(b, meta{seq: uint64(info.RestoreEpoch) << epochShift, level: levels[i]})
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return BackupInfo{}, fmt.Errorf("statemachine: restore metas: %w", err)
@@ -344,6 +364,7 @@ func dropRows(db *pebble.DB, shards []*onDisk) {
 	defer b.Close()
 	for _, s := range shards {
 		_ = b.DeleteRange(s.tableLo[:], s.tableHi[:], nil)
+		_ = b.DeleteRange(s.grantLo[:], s.grantHi[:], nil)
 	}
 	_ = b.Commit(pebble.NoSync)
 }

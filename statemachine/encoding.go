@@ -44,10 +44,19 @@ const (
 	// LevelMembership a directory write changes nothing, so that such a
 	// replica stays in step with the others (see FeatureLevel).
 	encVersionDirectory = 7
-	// opGrantOwned is the wire op of a Grant with an owner (version 2
-	// only); it decodes to OpGrant with Owner set. A Grant without an owner
-	// is wire op OpGrant, encoded alike in both versions.
+	// encVersionShared is the format of a batch with a shared Grant (wire
+	// op opGrantShared): version 2 plus that op. A build of level 3
+	// rejects it as unknown and skips it; below LevelShared such a batch
+	// changes nothing (see FeatureLevel), so that the replicas stay in
+	// step.
+	encVersionShared = 8
+	// opGrantOwned is the wire op of a Grant with an owner (versions 2 and
+	// 8 only); it decodes to OpGrant with Owner set. A Grant without an
+	// owner is wire op OpGrant, encoded alike in every version.
 	opGrantOwned = 5
+	// opGrantShared is the wire op of a shared Grant (version 8 only),
+	// with or without an owner; it decodes to OpGrant with Permits set.
+	opGrantShared = 6
 	// headerLen is fixed so that Seal can patch it after the commands.
 	headerLen = 1 + 8 + 8 + 4
 	// minCmdLen is the smallest encoded command (op, keylen, one key byte,
@@ -80,6 +89,8 @@ var (
 	errOwnerLen error = decodeError("owner length out of range")
 	errOwnerV1  error = decodeError("owned grant in a version 1 entry")
 	errNoOwner  error = decodeError("version 2 entry without an owned grant")
+	errPermits  error = decodeError("permits out of range")
+	errNoShared error = decodeError("version 8 entry without a shared grant")
 	errTrailing error = decodeError("bytes after the last command")
 	// A fence is a header alone (count 0) with a proposer that is not 0.
 	errFenceCmds     error = decodeError("fence with commands")
@@ -106,17 +117,19 @@ const MaxDirectory = 64 << 10
 // Batch builds one Raft entry from many commands. The zero value is ready.
 // A Batch is not safe for concurrent use.
 type Batch struct {
-	buf   []byte // header placeholder, then the encoded commands
-	n     uint32
-	owned bool // a Grant with an owner was appended: Seal writes version 2
+	buf    []byte // header placeholder, then the encoded commands
+	n      uint32
+	owned  bool // a Grant with an owner was appended: Seal writes version 2
+	shared bool // a shared Grant was appended: Seal writes version 8
 }
 
 // Append adds c to the batch, copying its key and (for a Grant) its owner.
 // It panics if c.Op is not one of the four ops, the key is not
-// 1..MaxKeyLen bytes long or a Grant's owner is longer than MaxOwnerLen:
-// such a command would make every replica reject the whole entry, so it is
-// a bug in the caller, which must validate keys and owners before they get
-// here. The owner of any other op is ignored, as a Grant's token is.
+// 1..MaxKeyLen bytes long, a Grant's owner is longer than MaxOwnerLen or
+// its Permits above MaxPermits: such a command would make every replica
+// reject the whole entry, so it is a bug in the caller, which must
+// validate keys, owners and permits before they get here. The owner and
+// permits of any other op are ignored, as a Grant's token is.
 func (b *Batch) Append(c Command) {
 	if c.Op < OpGrant || c.Op > OpExpire {
 		panic("statemachine: Batch.Append: unknown op")
@@ -127,6 +140,9 @@ func (b *Batch) Append(c Command) {
 	if c.Op == OpGrant && len(c.Owner) > MaxOwnerLen {
 		panic("statemachine: Batch.Append: owner length out of range")
 	}
+	if c.Op == OpGrant && c.Permits > MaxPermits {
+		panic("statemachine: Batch.Append: permits out of range")
+	}
 	if len(b.buf) < headerLen {
 		b.buf = append(b.buf[:0], make([]byte, headerLen)...)
 	} else if b.n == 0 {
@@ -136,7 +152,12 @@ func (b *Batch) Append(c Command) {
 	}
 	op := byte(c.Op)
 	owned := c.Op == OpGrant && len(c.Owner) > 0
-	if owned {
+	shared := c.Op == OpGrant && c.Permits > 0
+	switch {
+	case shared:
+		op = opGrantShared
+		b.shared = true
+	case owned:
 		op = opGrantOwned
 		b.owned = true
 	}
@@ -145,8 +166,15 @@ func (b *Batch) Append(c Command) {
 	buf = append(buf, c.Key...)
 	switch c.Op {
 	case OpGrant:
+		if shared {
+			buf = binary.AppendUvarint(buf, uint64(c.Permits))
+		}
 		buf = binary.AppendUvarint(buf, uint64(c.LeaseMs))
-		if owned {
+		if shared {
+			// Owner or not: a shared Grant's owner length is always there.
+			buf = binary.AppendUvarint(buf, uint64(len(c.Owner)))
+			buf = append(buf, c.Owner...)
+		} else if owned {
 			buf = binary.AppendUvarint(buf, uint64(len(c.Owner)))
 			buf = append(buf, c.Owner...)
 		}
@@ -192,10 +220,14 @@ func (b *Batch) Size() int { return max(len(b.buf), headerLen) }
 // reject such an entry (a bug in the caller, as with Append's panics).
 // Otherwise the entry is in version 1 of the encoding, the one from before
 // owners, unless a Grant in the batch has an owner; then it is in version
-// 2. The commands are encoded the same in both (an owned Grant has a wire
-// op of its own, which only version 2 has), so Seal only picks the
-// header's version byte, from h.Fence, h.HandOff and a flag Append keeps,
-// and each batch still has exactly one encoding.
+// 2; and if a Grant in the batch is shared, it is in version 8, whatever
+// the owners. The commands are encoded the same in all three (an owned
+// Grant has a wire op of its own, which only versions 2 and 8 have, and a
+// shared Grant one that only version 8 has), so Seal only picks the
+// header's version byte, from h.Fence, h.HandOff and flags Append keeps,
+// and each batch still has exactly one encoding. A replica of level 3
+// skips version 8, and below LevelShared a version 8 batch changes
+// nothing (see FeatureLevel).
 //
 // A replica from before owners rejects version 2 and, like every replica
 // with an entry it cannot decode, skips it. So while a replica still runs
@@ -251,6 +283,8 @@ func (b *Batch) Seal(h Header) []byte {
 		b.buf[0] = encVersionReport
 	case h.Raise:
 		b.buf[0] = encVersionRaise
+	case b.shared:
+		b.buf[0] = encVersionShared
 	case b.owned:
 		b.buf[0] = encVersion
 	default:
@@ -295,6 +329,7 @@ func (b *Batch) Reset() {
 	b.buf = b.buf[:0]
 	b.n = 0
 	b.owned = false
+	b.shared = false
 }
 
 // DecodeBatch decodes an entry of any version (see the package doc) into
@@ -304,13 +339,15 @@ func (b *Batch) Reset() {
 // no commands, a level report (5) or raise (6) to one with Report or
 // Raise set, its Level from the seq field and Seq 0; a directory write
 // (7) to one with Directory set, its Base from the seq field (Seq 0) and
-// its Blob aliasing data; versions 1 and 2 to one with none of them. A
+// its Blob aliasing data; versions 1, 2 and 8 to one with none of them. A
 // malformed entry is an error.
 //
 // Every field is checked (version, ops, key lengths 1..MaxKeyLen, owner
-// lengths 1..MaxOwnerLen, minimal varints, lease_ms within 32 bits, the
-// count, no trailing bytes, an owned Grant in a version 2 entry and none in
-// a version 1 entry, no commands and a proposer other than 0 in a fence,
+// lengths 1..MaxOwnerLen, or 0..MaxOwnerLen in a shared Grant, permits
+// 1..MaxPermits, minimal varints, lease_ms within 32 bits, the count, no
+// trailing bytes, an owned Grant in a version 2 entry and none in a
+// version 1 entry, a shared Grant in a version 8 entry and none in any
+// other, no commands and a proposer other than 0 in a fence,
 // a hand-off request, a level report, a raise and a directory write, a
 // level other than 0 in the report and the raise, and a blob of
 // 1..MaxDirectory bytes, with a minimal length, that ends the entry in a
@@ -335,7 +372,7 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 		return fail(errShort)
 	}
 	version := data[0]
-	if version < encVersionNoOwners || version > encVersionDirectory {
+	if version < encVersionNoOwners || version > encVersionShared {
 		return fail(errVersion)
 	}
 	h := Header{
@@ -394,20 +431,26 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 		return fail(errCount)
 	}
 	cmds = slices.Grow(cmds, int(n))
-	owned := false
+	owned, shared := false, false
 	for range n {
 		if len(p) == 0 {
 			return fail(errTrunc)
 		}
-		c := Command{Op: Op(p[0])}
-		withOwner := p[0] == opGrantOwned
-		if withOwner {
-			if version != encVersion {
+		op := p[0]
+		c := Command{Op: Op(op)}
+		if op < byte(OpGrant) || op > byte(OpExpire) {
+			// Not one of the four plain ops: a Grant with an owner or a
+			// shared one, or a bad op.
+			switch {
+			case op == opGrantOwned && (version == encVersion || version == encVersionShared):
+				c.Op, owned = OpGrant, true
+			case op == opGrantOwned:
 				return fail(errOwnerV1)
+			case op == opGrantShared && version == encVersionShared:
+				c.Op, shared = OpGrant, true
+			default:
+				return fail(errOp)
 			}
-			c.Op, owned = OpGrant, true
-		} else if c.Op < OpGrant || c.Op > OpExpire {
-			return fail(errOp)
 		}
 		p = p[1:]
 		kl, m := uvarint(p)
@@ -430,6 +473,16 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 			}
 			p = p[m:]
 		}
+		if op == opGrantShared {
+			v, m := uvarint(p)
+			if m <= 0 {
+				return fail(errVarint)
+			}
+			if v == 0 || v > MaxPermits {
+				return fail(errPermits)
+			}
+			c.Permits, p = uint32(v), p[m:]
+		}
 		if c.Op == OpGrant || c.Op == OpExtend {
 			v, m := uvarint(p)
 			if m <= 0 {
@@ -440,15 +493,16 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 			}
 			c.LeaseMs, p = uint32(v), p[m:]
 		}
-		if withOwner {
+		if op >= opGrantOwned { // 5 or 6: an owner length follows
 			ol, m := uvarint(p)
 			if m <= 0 {
 				return fail(errVarint)
 			}
 			p = p[m:]
-			// 0 is out of range too: a Grant without an owner is
-			// OpGrant on the wire.
-			if ol == 0 || ol > MaxOwnerLen {
+			// 0 is out of range too for op 5: a Grant without an owner
+			// is OpGrant on the wire. A shared Grant has one op, owner
+			// or not.
+			if ol == 0 && op == opGrantOwned || ol > MaxOwnerLen {
 				return fail(errOwnerLen)
 			}
 			if ol > uint64(len(p)) {
@@ -456,7 +510,9 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 			}
 			// Capped like the key. A Grant without an owner keeps a nil
 			// Owner, so that a decoded Grant is the Command appended.
-			c.Owner, p = p[:ol:ol], p[ol:]
+			if ol > 0 {
+				c.Owner, p = p[:ol:ol], p[ol:]
+			}
 		}
 		cmds = append(cmds, c)
 	}
@@ -466,6 +522,10 @@ func decode(data []byte, cmds []Command) (Header, []Command, error) {
 	if version == encVersion && !owned {
 		return fail(errNoOwner)
 	}
+	if version == encVersionShared && !shared {
+		return fail(errNoShared)
+	}
+	h.shared = shared
 	return h, cmds, nil
 }
 

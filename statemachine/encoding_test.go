@@ -21,9 +21,9 @@ func normalize(c Command) Command {
 			c.Owner = nil
 		}
 	case OpRelease, OpExpire:
-		c.LeaseMs, c.Owner = 0, nil
+		c.LeaseMs, c.Owner, c.Permits = 0, nil, 0
 	case OpExtend:
-		c.Owner = nil
+		c.Owner, c.Permits = nil, 0
 	}
 	return c
 }
@@ -63,10 +63,24 @@ func TestBatchRoundTrip(t *testing.T) {
 		}},
 		{"unused fields are not encoded", Header{}, []Command{
 			{Op: OpGrant, Key: []byte("g"), Token: 99, LeaseMs: 3},
-			{Op: OpRelease, Key: []byte("r"), Token: 4, LeaseMs: 99, Owner: []byte("o")},
-			{Op: OpExtend, Key: []byte("x"), Token: 4, LeaseMs: 99, Owner: []byte("o")},
-			{Op: OpExpire, Key: []byte("e"), Token: 5, LeaseMs: 99, Owner: []byte("o")},
+			{Op: OpRelease, Key: []byte("r"), Token: 4, LeaseMs: 99, Owner: []byte("o"), Permits: 3},
+			{Op: OpExtend, Key: []byte("x"), Token: 4, LeaseMs: 99, Owner: []byte("o"), Permits: 3},
+			{Op: OpExpire, Key: []byte("e"), Token: 5, LeaseMs: 99, Owner: []byte("o"), Permits: 3},
 		}},
+		// Version 8: a shared Grant, with an owner or not, beside the
+		// other ops and owned exclusive Grants.
+		{"shared grant", Header{Proposer: 1, Seq: 2}, []Command{grantShared("a", 3, 1000, "")}},
+		{"shared grant with owner", Header{}, []Command{grantShared("a", 1, 1000, "reader-1")}},
+		{"shared grant with empty owner", Header{}, []Command{{Op: OpGrant, Key: []byte("a"), LeaseMs: 1, Owner: []byte{}, Permits: 2}}},
+		{"shared and owned and not", Header{Seq: 9}, []Command{
+			grantShared("a", 2, 1, "o1"), grantBy("b", 2, "o2"), grant("c", 3), grantShared("a", 2, 1, ""),
+			release("a", 0), extend("a", 1025, 5), expire("a", 2049),
+		}},
+		{"shared extremes", Header{Seq: math.MaxUint64}, []Command{
+			grantShared(long, MaxPermits, math.MaxUint32, strings.Repeat("o", MaxOwnerLen)),
+			grantShared("\xff", 1, 0, ""),
+		}},
+		{"shared grant with a token", Header{}, []Command{{Op: OpGrant, Key: []byte("s"), Token: 99, LeaseMs: 3, Permits: 7}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,6 +103,10 @@ func TestBatchRoundTrip(t *testing.T) {
 			h, cmds, err := DecodeBatch(data, nil)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// A version 8 entry decodes to a header marked for it.
+			if tc.h.shared = data[0] == encVersionShared; h.shared != tc.h.shared {
+				t.Errorf("decoded shared %v from version %d", h.shared, data[0])
 			}
 			if !reflect.DeepEqual(h, tc.h) {
 				t.Errorf("header = %+v, want %+v", h, tc.h)
@@ -125,6 +143,11 @@ func wantVersion(h Header, cmds []Command) byte {
 	}
 	if h.Directory {
 		return encVersionDirectory
+	}
+	for _, c := range cmds {
+		if c.Op == OpGrant && c.Permits > 0 {
+			return encVersionShared
+		}
 	}
 	for _, c := range cmds {
 		if c.Op == OpGrant && len(c.Owner) > 0 {
@@ -164,6 +187,13 @@ func TestBatchLayout(t *testing.T) {
 			{3, 2, 'a', 'b', 0xac, 0x02, 5},      // extend, keylen, key, token 300, lease 5
 			{5, 1, 'c', 0xc8, 0x01, 2, 'm', 'e'}, // owned grant, keylen, key, lease 200, ownerlen, owner
 			{1, 1, 'd', 1},                       // grant, keylen, key, lease 1: as in version 1
+		}, nil)},
+		{"with a shared grant: version 8", Header{}, []Command{grantShared("s", 300, 5, ""), grantBy("c", 200, "me"), grantShared("s", 300, 6, "r1"), grant("d", 1)}, bytes.Join([][]byte{
+			hdr(8, 4),
+			{6, 1, 's', 0xac, 0x02, 5, 0},           // shared grant, keylen, key, permits 300, lease 5, ownerlen 0
+			{5, 1, 'c', 0xc8, 0x01, 2, 'm', 'e'},    // owned grant: as in version 2
+			{6, 1, 's', 0xac, 0x02, 6, 2, 'r', '1'}, // shared grant, keylen, key, permits 300, lease 6, ownerlen, owner
+			{1, 1, 'd', 1},                          // grant: as in version 1
 		}, nil)},
 	}
 	for _, tc := range tests {
@@ -222,6 +252,13 @@ func TestSealVersion(t *testing.T) {
 		{"one owned grant", Header{Seq: 3}, []Command{grantBy("a", 1, "o")}, 2, nil},
 		{"owned grant last", Header{}, []Command{grant("a", 1), release("a", 0), grantBy("b", 2, long)}, 2, nil},
 		{"owned grant first", Header{}, []Command{grantBy("a", 1, "me"), grant("b", 2), extend("a", 7, 3)}, 2, nil},
+		{"one shared grant", Header{Seq: 3}, []Command{grantShared("a", 2, 1, "")}, 8, nil},
+		{"shared grant beside owned ones", Header{}, []Command{grantBy("a", 1, "o"), release("a", 0), grantShared("b", 9, 2, "o")}, 8, nil},
+		{"permits of other ops are ignored", Header{}, []Command{
+			{Op: OpRelease, Key: []byte("r"), Permits: 2},
+			{Op: OpExtend, Key: []byte("x"), Token: 4, LeaseMs: 9, Permits: 2},
+			{Op: OpExpire, Key: []byte("e"), Token: 5, Permits: 2},
+		}, 1, nil},
 		{"fence", Header{Proposer: 1, Seq: 4, Fence: true}, nil, 3, nil},
 		{"hand-off request", Header{Proposer: 3, HandOff: true}, nil, 4, nil},
 		{"level report", Header{Proposer: 2, Report: true, Level: 2}, nil, 5, []byte{
@@ -257,7 +294,18 @@ func TestSealVersion(t *testing.T) {
 		})
 	}
 
-	// The version is the batch's, not its buffer's: Reset forgets owners.
+	// The version is the batch's, not its buffer's: Reset forgets shared
+	// grants and owners.
+	var s8 Batch
+	s8.Append(grantShared("a", 2, 1, ""))
+	if v := s8.Seal(Header{})[0]; v != encVersionShared {
+		t.Fatalf("shared batch sealed as version %d", v)
+	}
+	s8.Reset()
+	s8.Append(grantBy("a", 1, "o"))
+	if v := s8.Seal(Header{})[0]; v != encVersion {
+		t.Fatalf("after Reset, an owned batch sealed as version %d", v)
+	}
 	var b Batch
 	b.Append(grantBy("a", 1, "o"))
 	if v := b.Seal(Header{})[0]; v != encVersion {
@@ -436,6 +484,9 @@ func TestAppendPanicsOnInvalidCommand(t *testing.T) {
 		{Op: OpGrant},
 		{Op: OpGrant, Key: make([]byte, MaxKeyLen+1)},
 		{Op: OpGrant, Key: []byte("k"), Owner: make([]byte, MaxOwnerLen+1)},
+		{Op: OpGrant, Key: []byte("k"), Permits: MaxPermits + 1},
+		{Op: OpGrant, Key: []byte("k"), Permits: 1, Owner: make([]byte, MaxOwnerLen+1)},
+		{Op: 6, Key: []byte("k"), Permits: 1},
 	} {
 		func() {
 			defer func() {
@@ -458,6 +509,7 @@ func TestDecodeBatchErrors(t *testing.T) {
 	}
 	hdr1 := func(n uint32) []byte { return hdrV(encVersionNoOwners, n) }
 	hdr2 := func(n uint32) []byte { return hdrV(encVersion, n) }
+	hdr8 := func(n uint32) []byte { return hdrV(encVersionShared, n) }
 	// hdr3 is a fence's header with proposer 1 and count n.
 	hdr3 := func(n uint32) []byte {
 		h := hdrV(encVersionFence, n)
@@ -493,7 +545,8 @@ func TestDecodeBatchErrors(t *testing.T) {
 	valid := encode(Header{}, grant("k", 1))
 	ownerless := encode(Header{Seq: 5}, grant("a", 1), release("a", 0), extend("b", 1025, 5), expire("c", 2049))
 	owned := encode(Header{Seq: 6}, grant("a", 1), grantBy("b", 2, "o"))
-	ownedGrant := []byte{5, 1, 'o', 1, 1, 'o'} // op 5, key "o", lease 1, owner "o"
+	ownedGrant := []byte{5, 1, 'o', 1, 1, 'o'}     // op 5, key "o", lease 1, owner "o"
+	sharedGrant := []byte{6, 1, 's', 2, 1, 1, 'o'} // op 6, key "s", permits 2, lease 1, owner "o"
 	tests := []struct {
 		name string
 		data []byte
@@ -502,7 +555,7 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"empty", nil, errShort},
 		{"short header", valid[:headerLen-1], errShort},
 		{"version 0", cat([]byte{0}, valid[1:]), errVersion},
-		{"version 8", cat([]byte{8}, valid[1:]), errVersion},
+		{"version 9", cat([]byte{9}, valid[1:]), errVersion},
 		{"version 255", cat([]byte{255}, valid[1:]), errVersion},
 
 		// A fence is a header alone, with a proposer.
@@ -560,6 +613,28 @@ func TestDecodeBatchErrors(t *testing.T) {
 		{"version 1 with an owner", cat(hdr1(1), []byte{1, 1, 'k', 1, 1, 'o'}), errTrailing},
 		{"owned grant with owner length 0", cat(hdr2(1), []byte{5, 1, 'k', 1, 0}), errOwnerLen},
 		{"owned grant with owner length 0 beside an owner", cat(hdr2(2), ownedGrant, []byte{5, 1, 'k', 1, 0}), errOwnerLen},
+
+		// One encoding per batch: version 8 if and only if a Grant is
+		// shared (op 6); it may have owned Grants (op 5) too.
+		{"version 8 without a shared grant", cat([]byte{encVersionShared}, owned[1:]), errNoShared},
+		{"version 8 of an ownerless batch", cat([]byte{encVersionShared}, ownerless[1:]), errNoShared},
+		{"version 8 barrier", hdr8(0), errNoShared},
+		{"op 6 in version 1", cat(hdr1(1), sharedGrant), errOp},
+		{"op 6 in version 2", cat(hdr2(2), ownedGrant, sharedGrant), errOp},
+		{"shared grant of permits 0", cat(hdr8(1), []byte{6, 1, 'k', 0, 1, 0}), errPermits},
+		{"shared grant of permits 1000001", cat(hdr8(1), []byte{6, 1, 'k'}, binary.AppendUvarint(nil, MaxPermits+1), []byte{1, 0}), errPermits},
+		{"shared grant of huge permits", cat(hdr8(1), []byte{6, 1, 'k', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 1, 0}), errPermits},
+		{"shared grant with non-minimal permits", cat(hdr8(1), []byte{6, 1, 'k', 0x81, 0x00, 1, 0}), errVarint},
+		{"shared grant with unterminated permits", cat(hdr8(1), []byte{6, 1, 'k', 0x80}), errVarint},
+		{"shared grant missing lease", cat(hdr8(1), []byte{6, 1, 'k', 2}), errVarint},
+		{"shared grant lease over 32 bits", cat(hdr8(1), []byte{6, 1, 'k', 2, 0x80, 0x80, 0x80, 0x80, 0x10, 0}), errLease},
+		{"shared grant missing owner length", cat(hdr8(1), []byte{6, 1, 'k', 2, 1}), errVarint},
+		{"shared grant with non-minimal owner length", cat(hdr8(1), []byte{6, 1, 'k', 2, 1, 0x80, 0x00}), errVarint},
+		{"shared grant owner length 65", cat(hdr8(1), []byte{6, 1, 'k', 2, 1, 65}, bytes.Repeat([]byte{'o'}, 65)), errOwnerLen},
+		{"shared grant owner past end", cat(hdr8(1), []byte{6, 1, 'k', 2, 1, 3, 'o'}), errTrunc},
+		{"shared grant key length 0", cat(hdr8(1), []byte{6, 0, 2, 1, 0}), errKeyLen},
+		{"trailing byte after a shared grant", cat(hdr8(1), sharedGrant, []byte{0}), errTrailing},
+		{"owned grant with owner length 0 in version 8", cat(hdr8(2), sharedGrant, []byte{5, 1, 'k', 1, 0}), errOwnerLen},
 
 		{"count larger than data", cat(hdr1(2), valid[headerLen:]), errCount},
 		{"huge count", cat(hdr1(math.MaxUint32), bytes.Repeat([]byte{1}, 64)), errCount},
@@ -691,6 +766,14 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add(encodeVersion(encVersionDirectory, Header{Proposer: 2}))
 	f.Add(bytes.Join([][]byte{SealDirectory(2, 1, []byte("m")), {0}}, nil))
 	f.Add([]byte{7, 1, 0})
+	// Version 8, and what it must not be.
+	f.Add(encode(Header{Seq: 8}, grantShared("a", 3, 1000, ""), grantShared("a", 3, 1000, "r"), grantBy("b", 1, "o"), release("a", 0)))
+	f.Add(encode(Header{Proposer: 1}, grantShared(strings.Repeat("s", MaxKeyLen), MaxPermits, math.MaxUint32, strings.Repeat("o", MaxOwnerLen))))
+	f.Add(encodeVersion(encVersionShared, Header{}, grantBy("a", 1, "o")))
+	f.Add(encodeVersion(encVersionShared, Header{}))
+	f.Add(bytes.Join([][]byte{encodeV2(Header{}, grantBy("a", 1, "o")), {6, 1, 's', 2, 1, 0}}, nil))
+	f.Add(bytes.Join([][]byte{encodeVersion(encVersionShared, Header{}, grantShared("a", 1, 1, ""))[:headerLen], {6, 1, 's', 0, 1, 0}}, nil))
+	f.Add([]byte{8, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, cmds, err := DecodeBatch(data, nil)
 		if err != nil {
@@ -699,15 +782,23 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 			return
 		}
-		owned := false
+		owned, shared := false, false
 		for _, c := range cmds {
 			if c.Owner != nil && (c.Op != OpGrant || len(c.Owner) == 0 || len(c.Owner) > MaxOwnerLen) {
 				t.Fatalf("version %d: %+v has owner %q", data[0], c, c.Owner)
 			}
-			owned = owned || c.Owner != nil
+			if c.Permits != 0 && (c.Op != OpGrant || c.Permits > MaxPermits) {
+				t.Fatalf("version %d: %+v has permits %d", data[0], c, c.Permits)
+			}
+			owned = owned || c.Owner != nil && c.Permits == 0
+			shared = shared || c.Permits != 0
 		}
-		if owned != (data[0] == encVersion) {
-			t.Fatalf("version %d entry, owners: %v", data[0], owned)
+		if shared != (data[0] == encVersionShared) || owned && data[0] != encVersion && data[0] != encVersionShared ||
+			!owned && data[0] == encVersion {
+			t.Fatalf("version %d entry, owners: %v, shared: %v", data[0], owned, shared)
+		}
+		if h.shared != (data[0] == encVersionShared) {
+			t.Fatalf("version %d entry decoded as shared: %v", data[0], h.shared)
 		}
 		headerOnly := h.kinds() > 0
 		level := h.Report || h.Raise

@@ -2,6 +2,7 @@ package statemachine
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -58,6 +59,16 @@ func grantBy(key string, lease uint32, owner string) Command {
 	return Command{Op: OpGrant, Key: []byte(key), LeaseMs: lease, Owner: []byte(owner)}
 }
 
+// grantShared is a shared Grant of one of permits holds, by owner ("" for
+// none).
+func grantShared(key string, permits, lease uint32, owner string) Command {
+	c := Command{Op: OpGrant, Key: []byte(key), LeaseMs: lease, Permits: permits}
+	if owner != "" {
+		c.Owner = []byte(owner)
+	}
+	return c
+}
+
 func release(key string, tok uint64) Command {
 	return Command{Op: OpRelease, Key: []byte(key), Token: tok}
 }
@@ -112,10 +123,16 @@ func encodeVersion(version byte, h Header, cmds ...Command) []byte {
 		buf = append(buf, h.Blob...)
 	}
 	for _, c := range cmds {
-		owned := version >= 2 && c.Op == OpGrant && len(c.Owner) > 0
-		if owned {
+		// Version 8 is version 2 plus op 6, a shared Grant: permits
+		// after the key, and an owner length whatever the owner.
+		shared := version == encVersionShared && c.Op == OpGrant && c.Permits > 0
+		owned := !shared && version >= 2 && c.Op == OpGrant && len(c.Owner) > 0
+		switch {
+		case shared:
+			buf = append(buf, 6)
+		case owned:
 			buf = append(buf, 5)
-		} else {
+		default:
 			buf = append(buf, byte(c.Op))
 		}
 		buf = binary.AppendUvarint(buf, uint64(len(c.Key)))
@@ -123,10 +140,13 @@ func encodeVersion(version byte, h Header, cmds ...Command) []byte {
 		if c.Op != OpGrant {
 			buf = binary.AppendUvarint(buf, c.Token)
 		}
+		if shared {
+			buf = binary.AppendUvarint(buf, uint64(c.Permits))
+		}
 		if c.Op == OpGrant || c.Op == OpExtend {
 			buf = binary.AppendUvarint(buf, uint64(c.LeaseMs))
 		}
-		if owned {
+		if owned || shared {
 			buf = binary.AppendUvarint(buf, uint64(len(c.Owner)))
 			buf = append(buf, c.Owner...)
 		}
@@ -149,11 +169,18 @@ func encodeSnapshotV3(shard, applied, seq, fence uint64, locks []Lock) []byte {
 }
 
 // encodeStream writes a stream of any version: m's fence from version 3 on
-// (and dropped before), its level from version 4 on, its directory in
-// version 5, owner lengths from version 2 on.
+// (and dropped before), its level from version 4 on, its directory from
+// version 5 on, owner lengths from version 2 on, permits from version 6
+// on. The records are in key order, then token order (a shared key's
+// grants).
 func encodeStream(version byte, shard uint64, m meta, locks []Lock) []byte {
 	locks = slices.Clone(locks)
-	slices.SortFunc(locks, func(a, b Lock) int { return bytes.Compare(a.Key, b.Key) })
+	slices.SortFunc(locks, func(a, b Lock) int {
+		if c := bytes.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Token, b.Token)
+	})
 	buf := append([]byte(snapMagic), version)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(shard))
 	buf = binary.LittleEndian.AppendUint64(buf, m.applied)
@@ -177,6 +204,9 @@ func encodeStream(version byte, shard uint64, m meta, locks []Lock) []byte {
 		if version >= 2 {
 			buf = binary.AppendUvarint(buf, uint64(len(l.Owner)))
 			buf = append(buf, l.Owner...)
+		}
+		if version >= 6 {
+			buf = binary.AppendUvarint(buf, uint64(l.Permits))
 		}
 	}
 	buf = append(buf, 0)
@@ -334,11 +364,13 @@ func scan(t testing.TB, db *pebble.DB, lo, hi []byte) []string {
 	return out
 }
 
-// scanShard returns the shard's table and meta rows.
+// scanShard returns the shard's table, shared grant and meta rows.
 func scanShard(t testing.TB, db *pebble.DB, shard uint64) []string {
 	lo, hi := shardKey(tablePrefix, shard), shardKey(tablePrefix, shard+1)
+	glo, ghi := shardKey(grantPrefix, shard), shardKey(grantPrefix, shard+1)
 	m := shardKey(metaPrefix, shard)
 	out := scan(t, db, lo[:], hi[:])
+	out = append(out, scan(t, db, glo[:], ghi[:])...)
 	return append(out, scan(t, db, m[:], append(m[:], 0))...)
 }
 
@@ -350,13 +382,25 @@ type lockState struct {
 	owner   string
 }
 
-// tableLocks returns a table as key -> lock.
+// tableLocks returns a table as key -> lock; a shared grant is named by
+// sharedName.
 func tableLocks(tb *table) map[string]lockState {
 	out := map[string]lockState{}
 	tb.each(func(l Lock) {
-		out[string(l.Key)] = lockState{token: l.Token, leaseMs: l.LeaseMs, owner: string(l.Owner)}
+		name := string(l.Key)
+		if l.Permits > 0 {
+			name = sharedName(name, l.Permits, l.Token)
+		}
+		out[name] = lockState{token: l.Token, leaseMs: l.LeaseMs, owner: string(l.Owner)}
 	})
 	return out
+}
+
+// sharedName is the name tableLocks gives a shared grant of key: the key,
+// its permits and the grant's token, so that a key's grants are told
+// apart and permits compared.
+func sharedName(key string, permits uint32, tok uint64) string {
+	return fmt.Sprintf("%s/S%d#%d", key, permits, tok)
 }
 
 // changedKeys returns the table's dirty rows as key -> whether the
@@ -370,9 +414,11 @@ func changedKeys(tb *table) map[string]bool {
 }
 
 // checkOwners checks the table's owner index: exactly the held rows marked
-// owned have an entry in owners, and none is empty or too long.
+// owned have an entry in owners, and none is empty or too long; and the
+// shared keys' (checkShared).
 func checkOwners(t testing.TB, tb *table) {
 	t.Helper()
+	checkShared(t, tb)
 	owned := 0
 	for j := range tb.rows {
 		i := uint32(j)
@@ -400,4 +446,72 @@ func locks(s *onDisk) map[string]lockState {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return tableLocks(s.t)
+}
+
+// checkShared checks the table's shared keys against its rows: every held
+// header has its sharedKey, with 1..permits grants, each a held grant row
+// of that header with that token, the owners index has exactly the owned
+// ones, under their owners; every held grant row is in its header's
+// index; held counts the grants; no ghost grant is held or owned.
+func checkShared(t testing.TB, tb *table) {
+	t.Helper()
+	grants, exclusive := 0, 0
+	for j := range tb.rows {
+		i := uint32(j)
+		r := tb.rows[i]
+		switch {
+		case r.tok&rowGrant != 0 && r.tok&rowHeld == 0:
+			if r.tok&(rowOwned|rowShared) != 0 {
+				t.Fatalf("slot %d: a ghost grant with flags %b", i, r.tok&rowFlags)
+			}
+		case r.tok&rowHeld == 0:
+			if r.tok&(rowShared|rowOwned) != 0 {
+				t.Fatalf("slot %d: a row not held with flags %b", i, r.tok&rowFlags)
+			}
+		case r.tok&rowShared != 0:
+			sk := tb.shared[i]
+			if sk == nil || r.tok&(rowGrant|rowOwned) != 0 || r.tok&^rowFlags != 0 || r.leaseMs != 0 {
+				t.Fatalf("slot %d: header %+v, shared %+v", i, r, sk)
+			}
+			if n := uint32(len(sk.grants)); n == 0 || n > sk.permits || sk.permits > MaxPermits {
+				t.Fatalf("shared key %q: %d grants of %d permits", tb.keyOf(i), n, sk.permits)
+			}
+			owned := 0
+			for tok, g := range sk.grants {
+				if gr := tb.rows[g]; gr.tok&(rowHeld|rowGrant) != rowHeld|rowGrant || gr.key != i || tb.token(g) != tok {
+					t.Fatalf("shared key %q: grant %d in slot %d is %+v", tb.keyOf(i), tok, g, gr)
+				}
+				if o := tb.ownerOf(g); o != "" {
+					owned++
+					if sk.owners[o] != g {
+						t.Fatalf("shared key %q: owner %q of slot %d is indexed at %d", tb.keyOf(i), o, g, sk.owners[o])
+					}
+				}
+			}
+			if owned != len(sk.owners) {
+				t.Fatalf("shared key %q: %d owned grants, %d in its owner index", tb.keyOf(i), owned, len(sk.owners))
+			}
+			if s, ok := tb.find(tb.keyOf(i)); !ok || s != i {
+				t.Fatalf("shared key %q: its header %d is not in the index (%d %v)", tb.keyOf(i), i, s, ok)
+			}
+		case r.tok&rowGrant != 0:
+			grants++
+			h := tb.rows[r.key]
+			if h.tok&(rowHeld|rowShared) != rowHeld|rowShared || tb.shared[r.key].grants[tb.token(i)] != i {
+				t.Fatalf("slot %d: a grant of header %d, which does not have it", i, r.key)
+			}
+		default:
+			exclusive++
+		}
+	}
+	n := 0
+	for h, sk := range tb.shared {
+		if tb.rows[h].tok&rowShared == 0 {
+			t.Fatalf("shared has slot %d, which is no header", h)
+		}
+		n += len(sk.grants)
+	}
+	if n != grants || tb.held != grants+exclusive {
+		t.Fatalf("%d grant rows, %d in the shared keys; held %d, want %d", grants, n, tb.held, grants+exclusive)
+	}
 }

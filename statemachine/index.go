@@ -50,7 +50,7 @@ func (t *table) find(key []byte) (uint32, bool) {
 		if e == 0 {
 			return 0, false
 		}
-		if entryHash(e) == h && bytes.Equal(t.keyOf(entrySlot(e)), key) {
+		if entryHash(e) == h && bytes.Equal(t.indexKey(entrySlot(e)), key) {
 			return entrySlot(e), true
 		}
 	}

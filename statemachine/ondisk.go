@@ -13,8 +13,16 @@ import (
 const (
 	tablePrefix = 't'
 	metaPrefix  = 'm'
+	// grantPrefix is the key prefix of a shared grant's row:
+	// 'g' shard(u32 BE) keylen(u8) key token(u64 BE). A prefix of its own,
+	// not a suffix of the key's row under 't': a key may be any bytes, so
+	// no suffix could tell a grant's row from another key's.
+	grantPrefix = 'g'
 	prefixLen   = 1 + 4
 	rowLen      = 8 + 4 // a row's value without its owner, which follows
+	// grantKeyLen is what a grant row's key has beyond its prefix and
+	// user key: the key's length and the token.
+	grantKeyLen = 1 + 8
 	metaLen     = 8 + 8 + 8
 	// metaLenBeforeFence is the meta of the release before the fence
 	// (applied, seq), which Open reads as fence 0.
@@ -105,6 +113,8 @@ type onDisk struct {
 
 	tableLo [prefixLen]byte // first key of the shard's table
 	tableHi [prefixLen]byte // first key after it
+	grantLo [prefixLen]byte // first key of the shard's shared grants
+	grantHi [prefixLen]byte // first key after them
 	metaKey [prefixLen]byte
 	dirKey  [prefixLen]byte // the shard's directory (see dirPrefix)
 
@@ -136,6 +146,8 @@ func newOnDisk(db *pebble.DB, obs Observer, shard uint64) *onDisk {
 	// panic; Open refuses it before any key is used.
 	s.tableLo = shardKey(tablePrefix, shard)
 	s.tableHi = shardKey(tablePrefix, shard+1)
+	s.grantLo = shardKey(grantPrefix, shard)
+	s.grantHi = shardKey(grantPrefix, shard+1)
 	s.metaKey = shardKey(metaPrefix, shard)
 	s.dirKey = shardKey(dirPrefix, shard)
 	return s
@@ -261,10 +273,13 @@ func (s *onDisk) readMeta() (meta, bool, error) {
 // meta and the directory are deleted and written in the same batches, but
 // a shard without a meta has no directory whatever the disk says.)
 func (s *onDisk) dropOrphanRows() error {
-	it := s.db.NewIter(&pebble.IterOptions{LowerBound: s.tableLo[:], UpperBound: s.tableHi[:]})
-	hasRows := it.First()
-	if err := it.Close(); err != nil {
-		return fmt.Errorf("statemachine: shard %d: scan table: %w", s.shard, err)
+	hasRows := false
+	for _, r := range [][2][]byte{{s.tableLo[:], s.tableHi[:]}, {s.grantLo[:], s.grantHi[:]}} {
+		it := s.db.NewIter(&pebble.IterOptions{LowerBound: r[0], UpperBound: r[1]})
+		hasRows = it.First() || hasRows
+		if err := it.Close(); err != nil {
+			return fmt.Errorf("statemachine: shard %d: scan table: %w", s.shard, err)
+		}
 	}
 	_, closer, err := s.db.Get(s.dirKey[:])
 	hasDir := err == nil
@@ -279,6 +294,7 @@ func (s *onDisk) dropOrphanRows() error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	_ = b.DeleteRange(s.tableLo[:], s.tableHi[:], nil)
+	_ = b.DeleteRange(s.grantLo[:], s.grantHi[:], nil)
 	_ = b.Delete(s.dirKey[:], nil)
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("statemachine: shard %d: drop orphan rows: %w", s.shard, err)
@@ -286,36 +302,128 @@ func (s *onDisk) dropOrphanRows() error {
 	return nil
 }
 
+// load reads the shard's rows into t: the keys' rows (exclusive locks and
+// shared keys' headers), then the shared grants, each of which must find
+// its header, and every header at least one grant.
 func (s *onDisk) load(t *table, stopc <-chan struct{}) error {
 	var err error
+	n := 0
 	it := s.db.NewIter(&pebble.IterOptions{LowerBound: s.tableLo[:], UpperBound: s.tableHi[:]})
 	for ok := it.First(); ok; ok = it.Next() {
-		if t.len()%stopEvery == 0 && stopped(stopc) {
+		if n%stopEvery == 0 && stopped(stopc) {
 			err = sm.ErrOpenStopped
 			break
 		}
+		n++
 		k, v := it.Key()[prefixLen:], it.Value()
 		if err = s.checkRow(t, k, v); err != nil {
 			break
 		}
 		tok, leaseMs, owner := decodeRow(v)
+		if tok == 0 {
+			h := t.insertRow(k, rowHeld|rowShared|rowStored)
+			t.addShared(h, leaseMs)
+			continue
+		}
 		t.insert(k, tok, leaseMs, owner, rowStored)
 	}
 	if cerr := it.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("statemachine: shard %d: scan table: %w", s.shard, cerr)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	it = s.db.NewIter(&pebble.IterOptions{LowerBound: s.grantLo[:], UpperBound: s.grantHi[:]})
+	for ok := it.First(); ok; ok = it.Next() {
+		if n%stopEvery == 0 && stopped(stopc) {
+			err = sm.ErrOpenStopped
+			break
+		}
+		n++
+		var g grantRow
+		if g, err = s.checkGrant(t, it.Key()[prefixLen:], it.Value()); err != nil {
+			break
+		}
+		var h uint32
+		if h, err = s.checkHolder(t, g); err != nil {
+			break
+		}
+		t.newGrant(h, g.token, g.leaseMs, g.owner, rowStored)
+	}
+	if cerr := it.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("statemachine: shard %d: scan shared grants: %w", s.shard, cerr)
+	}
+	if err != nil {
+		return err
+	}
+	for h, sk := range t.shared {
+		if len(sk.grants) == 0 {
+			return fmt.Errorf("statemachine: shard %d: shared key %q has no grant", s.shard, t.keyOf(h))
+		}
+	}
+	return nil
 }
 
-// checkRow refuses a stored row that this code could not have written.
+// checkRow refuses a stored row of a key that this code could not have
+// written: an exclusive lock's, or a shared key's header (token 0,
+// permits where the lease is, no owner), which a table of a cluster
+// version below LevelShared cannot have.
 func (s *onDisk) checkRow(t *table, k, v []byte) error {
 	if !rowShapeOK(k, v) {
 		return fmt.Errorf("statemachine: shard %d: corrupt row %q", s.shard, k)
 	}
-	if tok := binary.LittleEndian.Uint64(v); !t.validToken(tok) {
+	tok, permits, _ := decodeRow(v)
+	switch {
+	case tok == 0 && (len(v) != rowLen || permits == 0 || permits > MaxPermits || t.level < LevelShared):
+		return fmt.Errorf("statemachine: shard %d: corrupt shared key %q (%d bytes, permits %d, cluster version %d)", s.shard, k, len(v), permits, t.level)
+	case tok != 0 && !t.validToken(tok):
 		return fmt.Errorf("statemachine: shard %d: row %q has token %d not issued by this shard", s.shard, k, tok)
 	}
 	return nil
+}
+
+// grantRow is a shared grant's stored row, decoded (its slices alias the
+// row).
+type grantRow struct {
+	key, owner []byte
+	token      uint64
+	leaseMs    uint32
+}
+
+// checkGrant decodes a shared grant's stored key (without its prefix) and
+// value, and refuses one this code could not have written: of a bad shape,
+// whose key and value disagree on the token, or with a token the shard did
+// not issue.
+func (s *onDisk) checkGrant(t *table, k, v []byte) (grantRow, error) {
+	var g grantRow
+	if len(k) < grantKeyLen+1 || int(k[0]) != len(k)-grantKeyLen || !rowShapeOK(k[1:len(k)-8], v) {
+		return g, fmt.Errorf("statemachine: shard %d: corrupt shared grant %q", s.shard, k)
+	}
+	g.key = k[1 : len(k)-8]
+	g.token, g.leaseMs, g.owner = decodeRow(v)
+	if binary.BigEndian.Uint64(k[len(k)-8:]) != g.token || !t.validToken(g.token) {
+		return g, fmt.Errorf("statemachine: shard %d: shared grant of %q has token %d, not issued by this shard or not its key's", s.shard, g.key, g.token)
+	}
+	return g, nil
+}
+
+// checkHolder returns the slot of the header of g's key, and refuses g as
+// one more holder of it if the key is not shared, has all its permits
+// taken, or a grant of the same owner: what no table this code applied
+// has.
+func (s *onDisk) checkHolder(t *table, g grantRow) (uint32, error) {
+	h, ok := t.find(g.key)
+	if !ok || t.rows[h].tok&rowShared == 0 {
+		return 0, fmt.Errorf("statemachine: shard %d: shared grant %d of %q, which is not a shared key", s.shard, g.token, g.key)
+	}
+	sk := t.shared[h]
+	if uint32(len(sk.grants)) >= sk.permits {
+		return 0, fmt.Errorf("statemachine: shard %d: shared key %q has more grants than its %d permits", s.shard, g.key, sk.permits)
+	}
+	if _, dup := sk.owners[string(g.owner)]; len(g.owner) > 0 && dup {
+		return 0, fmt.Errorf("statemachine: shard %d: shared key %q has two grants of owner %q", s.shard, g.key, g.owner)
+	}
+	return h, nil
 }
 
 // rowShapeOK reports whether a stored key (without its prefix) and value
@@ -469,9 +577,12 @@ func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	t.eachChanged(func(i uint32, held bool) {
-		if held {
-			s.putRow(b, t.keyOf(i), t.token(i), t.rows[i].leaseMs, t.ownerOf(i))
-		} else {
+		switch {
+		case held:
+			s.writeRow(b, t, i)
+		case t.rows[i].tok&rowGrant != 0:
+			s.deleteGrant(b, t.keyOf(i), t.token(i))
+		default:
 			s.deleteRow(b, t.keyOf(i))
 		}
 	})
@@ -495,8 +606,49 @@ func (s *onDisk) checkpoint(opts *pebble.WriteOptions) error {
 	return nil
 }
 
+// writeRow adds the row of t's held slot i to b, of whichever kind: an
+// exclusive lock's, a shared key's header or a shared grant's.
+func (s *onDisk) writeRow(b *pebble.Batch, t *table, i uint32) {
+	switch r := &t.rows[i]; {
+	case r.tok&rowGrant != 0:
+		s.putGrant(b, t.keyOf(i), t.token(i), r.leaseMs, t.ownerOf(i))
+	case r.tok&rowShared != 0:
+		s.putRow(b, t.keyOf(i), 0, t.shared[i].permits, "")
+	default:
+		s.putRow(b, t.keyOf(i), t.token(i), r.leaseMs, t.ownerOf(i))
+	}
+}
+
+// grantKey writes the key of key's shared grant tok into dst, which is
+// prefixLen+grantKeyLen+len(key) bytes long.
+func (s *onDisk) grantKey(dst, key []byte, tok uint64) {
+	copy(dst, s.grantLo[:])
+	dst[prefixLen] = byte(len(key))
+	copy(dst[prefixLen+1:], key)
+	binary.BigEndian.PutUint64(dst[prefixLen+1+len(key):], tok)
+}
+
+// putGrant adds the row of key's shared grant tok to b, with its lease and
+// owner ("" for none).
+func (s *onDisk) putGrant(b *pebble.Batch, key []byte, tok uint64, leaseMs uint32, owner string) {
+	op := b.SetDeferred(prefixLen+grantKeyLen+len(key), rowLen+len(owner))
+	s.grantKey(op.Key, key, tok)
+	binary.LittleEndian.PutUint64(op.Value, tok)
+	binary.LittleEndian.PutUint32(op.Value[8:], leaseMs)
+	copy(op.Value[rowLen:], owner)
+	_ = op.Finish()
+}
+
+// deleteGrant adds the deletion of key's shared grant tok to b.
+func (s *onDisk) deleteGrant(b *pebble.Batch, key []byte, tok uint64) {
+	op := b.DeleteDeferred(prefixLen + grantKeyLen + len(key))
+	s.grantKey(op.Key, key, tok)
+	_ = op.Finish()
+}
+
 // putRow adds key's row and owner ("" for none) to b, in the layout of the
-// package doc.
+// package doc: a shared key's header is token 0, with its permits for the
+// lease.
 func (s *onDisk) putRow(b *pebble.Batch, key []byte, tok uint64, leaseMs uint32, owner string) {
 	op := b.SetDeferred(prefixLen+len(key), rowLen+len(owner))
 	copy(op.Key, s.tableLo[:])

@@ -22,6 +22,9 @@ type workload struct {
 	rng    *rand.Rand
 	tokens []uint64
 	index  uint64
+	// shared adds shared Grants (of 1 to 3 permits, so that permits
+	// differ and keys fill up) and raises to LevelShared to the mix.
+	shared bool
 }
 
 func (w *workload) key() string { return fmt.Sprintf("k%d", w.rng.IntN(40)) }
@@ -48,14 +51,17 @@ func (w *workload) entries() []sm.Entry {
 		ents[i].Index = w.index
 		// Two proposers, so that fences keep batches out.
 		proposer := 1 + w.rng.Uint64N(2)
-		switch w.rng.IntN(20) {
-		case 0: // dragonboat may hand over an empty entry
+		switch n := w.rng.IntN(20); {
+		case n == 0: // dragonboat may hand over an empty entry
 			continue
-		case 1:
+		case n == 1:
 			ents[i].Cmd = []byte{1, 2, 3} // malformed
 			continue
-		case 2:
+		case n == 2:
 			ents[i].Cmd = encode(Header{Proposer: proposer, Seq: w.index, Fence: true})
+			continue
+		case w.shared && n == 3 && w.rng.IntN(4) == 0:
+			ents[i].Cmd = encode(Header{Proposer: 1, Raise: true, Level: LevelShared})
 			continue
 		}
 		cmds := make([]Command, w.rng.IntN(30))
@@ -63,6 +69,9 @@ func (w *workload) entries() []sm.Entry {
 			switch w.rng.IntN(5) {
 			case 0, 1:
 				cmds[j] = grantBy(w.key(), w.rng.Uint32N(100000), w.owner())
+				if w.shared && w.rng.IntN(3) > 0 {
+					cmds[j].Permits = 1 + w.rng.Uint32N(3)
+				}
 			case 2:
 				tok := w.token()
 				if w.rng.IntN(4) == 0 {

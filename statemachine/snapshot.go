@@ -44,10 +44,17 @@ const (
 	// was never set). A table below LevelMembership is streamed in version
 	// 4 or before, which a build of level 2 can recover from.
 	snapVersionDirectory = 5
+	// snapVersionShared is the stream of a table whose cluster version is
+	// LevelShared or more: version 5's header and directory, and records
+	// that end with their permits (0 for an exclusive lock), one record per
+	// grant, a shared key's grants in token order. A table below
+	// LevelShared is streamed in version 5 or before, which a build of
+	// level 3 can recover from.
+	snapVersionShared = 6
 	// snapHeaderLen is the header of versions 1 and 2; version 3 has
 	// snapFenceLen bytes more, version 4 snapFenceLen+snapLevelLen,
-	// version 5 snapDirVersionLen more than 4, then the directory's
-	// length and blob.
+	// versions 5 and 6 snapDirVersionLen more than 4, then the
+	// directory's length and blob.
 	snapHeaderLen = 4 + 1 + 4 + 8 + 8
 	snapFenceLen  = 8
 	snapLevelLen  = 8
@@ -59,9 +66,9 @@ const (
 )
 
 // maxRecordLen bounds what readSnapshot reads of one record before it checks
-// the values (four varints of any size, key, owner), so that its buffer
+// the values (five varints of any size, key, owner), so that its buffer
 // never grows; it is also enough for any record writeSnapshot writes.
-const maxRecordLen = 4*binary.MaxVarintLen64 + MaxKeyLen + MaxOwnerLen
+const maxRecordLen = 5*binary.MaxVarintLen64 + MaxKeyLen + MaxOwnerLen
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
@@ -79,16 +86,18 @@ type snapCtx struct {
 	owned bool             // a lock has an owner
 }
 
-// version is the stream version of the captured state: 5 if the table's
-// cluster version is LevelMembership or more, else 4 if it is 2 or more,
-// else 3 if it has a fence, else 2 if a lock has an owner, else 1 (see the
-// package doc).
+// version is the stream version of the captured state: 6 if the table's
+// cluster version is LevelShared or more, else 5 if it is LevelMembership
+// or more, else 4 if it is 2 or more, else 3 if it has a fence, else 2 if
+// a lock has an owner, else 1 (see the package doc).
 func (c *snapCtx) version() byte { return streamVersion(c.meta, c.owned) }
 
 // streamVersion is the stream version of a table with meta m, in which a
 // lock has an owner if owned: one encoding per table (see the package doc).
 func streamVersion(m meta, owned bool) byte {
 	switch {
+	case m.level >= LevelShared:
+		return snapVersionShared
 	case m.level >= LevelMembership:
 		return snapVersionDirectory
 	case m.versioned():
@@ -140,9 +149,10 @@ func (s *onDisk) release(c *snapCtx) {
 
 // SaveSnapshot implements sm.IOnDiskStateMachine: it streams the state
 // PrepareSnapshot captured in the format the package doc describes, in
-// version 5 if the table's cluster version is LevelMembership or more,
-// else 4 if it is 2 or more, else 3 if it has a fence, else 1 unless a
-// lock has an owner. The output depends only on that state, as dragonboat requires.
+// version 6 if the table's cluster version is LevelShared or more, else 5
+// if it is LevelMembership or more, else 4 if it is 2 or more, else 3 if
+// it has a fence, else 1 unless a lock has an owner. The output depends
+// only on that state, as dragonboat requires.
 func (s *onDisk) SaveSnapshot(ctx interface{}, w io.Writer, stopc <-chan struct{}) error {
 	c, ok := ctx.(*snapCtx)
 	if !ok {
@@ -155,31 +165,48 @@ func (s *onDisk) SaveSnapshot(ctx interface{}, w io.Writer, stopc <-chan struct{
 		return sm.ErrSnapshotStopped
 	}
 	it := c.snap.NewIter(&pebble.IterOptions{LowerBound: s.tableLo[:], UpperBound: s.tableHi[:]})
+	git := c.snap.NewIter(&pebble.IterOptions{LowerBound: s.grantLo[:], UpperBound: s.grantHi[:]})
 	c.mu.Unlock()
-	err := writeSnapshot(s.shard, &pebbleRows{it: it, shard: s.shard}, c.version(), c.meta, w, stopc)
-	if cerr := it.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("statemachine: shard %d: scan snapshot: %w", s.shard, cerr)
+	err := writeSnapshot(s.shard, &pebbleRows{s: s, it: it, git: git}, c.version(), c.meta, w, stopc)
+	for _, i := range []*pebble.Iterator{it, git} {
+		if cerr := i.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("statemachine: shard %d: scan snapshot: %w", s.shard, cerr)
+		}
 	}
 	return err
 }
 
-// rowSource is what writeSnapshot streams: a table's rows, in key order.
+// rowSource is what writeSnapshot streams: a table's grants, in key order,
+// a shared key's in token order.
 type rowSource interface {
-	// next returns the next row; false at the end, or on an error that
+	// next returns the next grant; false at the end, or on an error that
 	// err then returns. The slices are valid until the next call.
 	next() (Lock, bool)
 	err() error
 }
 
-// pebbleRows is the rowSource of a scan of a shard's table in pebble.
+// pebbleRows is the rowSource of a scan of a shard's table in pebble: the
+// keys' rows (it), and for each shared key's header there, the key's
+// grants (git, sought to the key's first).
 type pebbleRows struct {
-	it      *pebble.Iterator
-	shard   uint64
+	s       *onDisk
+	it, git *pebble.Iterator
 	started bool
 	bad     error // a corrupt row
+	// In a shared key's grants: its key (a copy), its permits, and the
+	// number of grants given so far; permits is 0 outside one.
+	key     []byte
+	permits uint32
+	holders uint32
+	seek    []byte // the key SeekGE takes, reused
 }
 
 func (p *pebbleRows) next() (Lock, bool) {
+	if p.permits != 0 {
+		if l, ok := p.nextGrant(); ok || p.bad != nil {
+			return l, ok
+		}
+	}
 	var ok bool
 	if p.started {
 		ok = p.it.Next()
@@ -191,28 +218,75 @@ func (p *pebbleRows) next() (Lock, bool) {
 	}
 	k, v := p.it.Key()[prefixLen:], p.it.Value()
 	if !rowShapeOK(k, v) {
-		p.bad = fmt.Errorf("statemachine: shard %d: corrupt row %q", p.shard, k)
+		p.bad = fmt.Errorf("statemachine: shard %d: corrupt row %q", p.s.shard, k)
 		return Lock{}, false
 	}
 	tok, leaseMs, owner := decodeRow(v)
-	return Lock{Key: k, Token: tok, LeaseMs: leaseMs, Owner: owner}, true
+	if tok != 0 {
+		return Lock{Key: k, Token: tok, LeaseMs: leaseMs, Owner: owner}, true
+	}
+	// A shared key's header: its grants come next, at least one.
+	if len(v) != rowLen || leaseMs == 0 || leaseMs > MaxPermits {
+		p.bad = fmt.Errorf("statemachine: shard %d: corrupt shared key %q", p.s.shard, k)
+		return Lock{}, false
+	}
+	p.key, p.permits, p.holders = append(p.key[:0], k...), leaseMs, 0
+	p.seek = slices.Grow(p.seek[:0], prefixLen+grantKeyLen+len(k))[:prefixLen+grantKeyLen+len(k)]
+	p.s.grantKey(p.seek, k, 0) // token 0: before the key's first grant
+	p.git.SeekGE(p.seek)
+	if l, ok := p.grant(); ok || p.bad != nil {
+		return l, ok
+	}
+	p.bad = fmt.Errorf("statemachine: shard %d: shared key %q has no grant", p.s.shard, k)
+	return Lock{}, false
+}
+
+// nextGrant moves to the current shared key's next grant.
+func (p *pebbleRows) nextGrant() (Lock, bool) {
+	p.git.Next()
+	return p.grant()
+}
+
+// grant returns the grant git is at, if it is one of the current shared
+// key's; else it ends the key (permits 0).
+func (p *pebbleRows) grant() (Lock, bool) {
+	if !p.git.Valid() {
+		p.permits = 0
+		return Lock{}, false
+	}
+	k := p.git.Key()[prefixLen:]
+	if len(k) != grantKeyLen+len(p.key) || int(k[0]) != len(p.key) || !bytes.Equal(k[1:1+len(p.key)], p.key) {
+		p.permits = 0
+		return Lock{}, false
+	}
+	v := p.git.Value()
+	tok, leaseMs, owner := decodeRow(v)
+	p.holders++
+	if !rowShapeOK(p.key, v) || binary.BigEndian.Uint64(k[len(k)-8:]) != tok || p.holders > p.permits {
+		p.bad = fmt.Errorf("statemachine: shard %d: corrupt shared grant %q", p.s.shard, k)
+		return Lock{}, false
+	}
+	return Lock{Key: p.key, Token: tok, LeaseMs: leaseMs, Owner: owner, Permits: p.permits}, true
 }
 
 func (p *pebbleRows) err() error {
 	if p.bad != nil {
 		return p.bad
 	}
-	if err := p.it.Error(); err != nil {
-		return fmt.Errorf("statemachine: shard %d: scan snapshot: %w", p.shard, err)
+	for _, it := range []*pebble.Iterator{p.it, p.git} {
+		if err := it.Error(); err != nil {
+			return fmt.Errorf("statemachine: shard %d: scan snapshot: %w", p.s.shard, err)
+		}
 	}
 	return nil
 }
 
 // writeSnapshot writes the stream of shard's rows and of m in the given
 // version, which must be the one they call for: it fails rather than drop
-// an owner from a version 1 stream, or write a version 2 stream without
-// one. (The fence, the cluster version and the directory are m's, which
-// chose version 3, 4 or 5 or none of them.)
+// an owner from a version 1 stream, or a shared grant from a stream before
+// version 6, or write a version 2 stream without an owner. (The fence,
+// the cluster version and the directory are m's, which chose version 3,
+// 4, 5 or 6 or none of them.)
 func writeSnapshot(shard uint64, rows rowSource, version byte, m meta, w io.Writer, stopc <-chan struct{}) error {
 	bw := bufio.NewWriterSize(w, snapBufSize)
 	var crc uint32
@@ -235,14 +309,14 @@ func writeSnapshot(shard uint64, rows rowSource, version byte, m meta, w io.Writ
 	if version >= snapVersionVersioned {
 		buf = binary.LittleEndian.AppendUint64(buf, m.level)
 	}
-	if version == snapVersionDirectory {
+	if version >= snapVersionDirectory {
 		buf = binary.LittleEndian.AppendUint64(buf, m.dirVersion)
 		buf = binary.AppendUvarint(buf, uint64(len(m.dir)))
 	}
 	if err := write(buf); err != nil {
 		return err
 	}
-	if version == snapVersionDirectory {
+	if version >= snapVersionDirectory {
 		if err := write(aliasBytes(m.dir)); err != nil {
 			return err
 		}
@@ -262,6 +336,9 @@ func writeSnapshot(shard uint64, rows rowSource, version byte, m meta, w io.Writ
 			}
 			owned++
 		}
+		if l.Permits > 0 && version < snapVersionShared {
+			return fmt.Errorf("statemachine: shard %d: %q is shared in a table of cluster version %d", shard, l.Key, m.level)
+		}
 		buf = binary.AppendUvarint(buf[:0], uint64(len(l.Key)))
 		buf = append(buf, l.Key...)
 		buf = binary.AppendUvarint(buf, l.Token)
@@ -269,6 +346,9 @@ func writeSnapshot(shard uint64, rows rowSource, version byte, m meta, w io.Writ
 		if recordsHaveOwners(version) {
 			buf = binary.AppendUvarint(buf, uint64(len(l.Owner)))
 			buf = append(buf, l.Owner...)
+		}
+		if version >= snapVersionShared {
+			buf = binary.AppendUvarint(buf, uint64(l.Permits))
 		}
 		if err := write(buf); err != nil {
 			return err
@@ -337,7 +417,7 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 		return 0, nil, s.badSnapshot("not a baton snapshot")
 	}
 	version := hdr[4]
-	if version < snapVersionNoOwners || version > snapVersionDirectory {
+	if version < snapVersionNoOwners || version > snapVersionShared {
 		return 0, nil, s.badSnapshot("unknown version %d", version)
 	}
 	if shard := binary.LittleEndian.Uint32(hdr[5:]); uint64(shard) != s.shard {
@@ -349,7 +429,7 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 		hlen += snapFenceLen
 	case snapVersionVersioned:
 		hlen += snapFenceLen + snapLevelLen
-	case snapVersionDirectory:
+	case snapVersionDirectory, snapVersionShared:
 		hlen += snapFenceLen + snapLevelLen + snapDirVersionLen
 	}
 	if _, err := io.ReadFull(br, hdr[snapHeaderLen:hlen]); err != nil {
@@ -366,7 +446,8 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 	}
 	// One encoding per table: version 3 only for a table with a fence,
 	// version 4 only for one of cluster version 2 up to LevelMembership
-	// (excluded), version 5 only from LevelMembership on. A version above
+	// (excluded), version 5 only from LevelMembership up to LevelShared
+	// (excluded), version 6 only from LevelShared on. A version above
 	// this build's is refused as such first, whatever the stream's
 	// version: that is the reason to give.
 	switch {
@@ -375,10 +456,11 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 	case t.level > FeatureLevel:
 		return 0, nil, TooOld(s.shard, t.level)
 	case version == snapVersionVersioned && (t.level <= levelNone || t.level >= LevelMembership),
-		version == snapVersionDirectory && t.level < LevelMembership:
+		version == snapVersionDirectory && (t.level < LevelMembership || t.level >= LevelShared),
+		version == snapVersionShared && t.level < LevelShared:
 		return 0, nil, s.badSnapshot("version %d of cluster version %d", version, t.level)
 	}
-	if version == snapVersionDirectory {
+	if version >= snapVersionDirectory {
 		dv := binary.LittleEndian.Uint64(hdr[snapHeaderLen+snapFenceLen+snapLevelLen:])
 		bl, dirLen, err := s.readUvarint(br, nil)
 		if err != nil {
@@ -401,7 +483,12 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 
 	rec := make([]byte, 0, maxRecordLen)
 	var prev []byte
-	var n, kl, tok, lease, ol, owned uint64
+	var n, kl, tok, lease, ol, owned, permits uint64
+	// The shared key of the last record, if it was a shared grant: its
+	// header's slot and its last grant's token.
+	var shared *sharedKey
+	var header uint32
+	var prevTok uint64
 	var err error
 	for ; ; n++ {
 		if n%stopEvery == 0 && stopped(stopc) {
@@ -448,18 +535,46 @@ func (s *onDisk) readSnapshot(r io.Reader, stopc <-chan struct{}) (uint64, *tabl
 				owned++
 			}
 		}
+		permits = 0
+		if version >= snapVersionShared {
+			if permits, rec, err = s.readUvarint(br, rec); err != nil {
+				return 0, nil, err
+			}
+		}
 		crc = crc32.Update(crc, crcTable, rec)
 		key := rec[start : start+int(kl)]
-		if lease > math.MaxUint32 || !t.validToken(tok) {
-			return 0, nil, s.badSnapshot("record %d: bad token or lease", n)
+		if lease > math.MaxUint32 || !t.validToken(tok) || permits > MaxPermits {
+			return 0, nil, s.badSnapshot("record %d: bad token, lease or permits", n)
 		}
-		// Strictly increasing keys: what a pebble scan writes, and it rules
-		// out duplicates.
+		// Strictly increasing keys, but for the grants of a shared key,
+		// in strictly increasing tokens, all with the key's permits and
+		// no more than them, each owner once: what writeSnapshot writes,
+		// and it rules out duplicates.
+		if shared != nil && bytes.Equal(key, prev) {
+			_, dup := shared.owners[string(owner)]
+			switch {
+			case uint64(shared.permits) != permits || tok <= prevTok:
+				return 0, nil, s.badSnapshot("record %d: a grant of shared key %q out of order or of other permits", n, key)
+			case uint32(len(shared.grants)) >= shared.permits || len(owner) > 0 && dup:
+				return 0, nil, s.badSnapshot("record %d: shared key %q has more grants than permits, or an owner twice", n, key)
+			}
+			t.newGrant(header, tok, uint32(lease), owner, rowStored)
+			prevTok = tok
+			continue
+		}
 		if n > 0 && bytes.Compare(key, prev) <= 0 {
 			return 0, nil, s.badSnapshot("record %d: keys out of order", n)
 		}
 		prev = append(prev[:0], key...)
-		t.insert(key, tok, uint32(lease), owner, rowStored)
+		if permits == 0 {
+			shared = nil
+			t.insert(key, tok, uint32(lease), owner, rowStored)
+			continue
+		}
+		header = t.insertRow(key, rowHeld|rowShared|rowStored)
+		t.addShared(header, uint32(permits))
+		shared, prevTok = t.shared[header], tok
+		t.newGrant(header, tok, uint32(lease), owner, rowStored)
 	}
 	var tail [8 + 4]byte
 	if _, err := io.ReadFull(br, tail[:]); err != nil {
@@ -534,6 +649,7 @@ func (s *onDisk) writeRows(t *table, stopc <-chan struct{}) (*pebble.Batch, erro
 	_ = b.Delete(s.metaKey[:], nil)
 	_ = b.Delete(s.dirKey[:], nil)
 	_ = b.DeleteRange(s.tableLo[:], s.tableHi[:], nil)
+	_ = b.DeleteRange(s.grantLo[:], s.grantHi[:], nil)
 	n := 0
 	for i := range t.rows {
 		if t.rows[i].tok&rowHeld == 0 {
@@ -543,8 +659,7 @@ func (s *onDisk) writeRows(t *table, stopc <-chan struct{}) (*pebble.Batch, erro
 			return fail(sm.ErrSnapshotStopped)
 		}
 		n++
-		slot := uint32(i)
-		s.putRow(b, t.keyOf(slot), t.token(slot), t.rows[i].leaseMs, t.ownerOf(slot))
+		s.writeRow(b, t, uint32(i))
 		if b.Len() >= recoverBatchSz {
 			if err := b.Commit(pebble.NoSync); err != nil {
 				return fail(fmt.Errorf("statemachine: shard %d: write snapshot rows: %w", s.shard, err))

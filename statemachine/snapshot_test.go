@@ -457,6 +457,19 @@ func FuzzReadSnapshot(f *testing.F) {
 	f.Add(encodeStream(snapVersionDirectory, shard, meta{applied: 9, seq: 2, level: 2, dirVersion: 3, dir: "members"}, nil))
 	f.Add(encodeStream(snapVersionDirectory, shard, meta{applied: 9, seq: 2, level: LevelMembership, dirVersion: 3}, nil))
 	f.Add(encodeStream(snapVersionDirectory, shard, meta{applied: 9, seq: 2, level: LevelMembership, dir: "m"}, nil))
+	// Version 6, with shared grants and without, and what it must not be.
+	shared := []Lock{
+		{Key: []byte("a"), Token: tok(1), LeaseMs: 7, Permits: 3},
+		{Key: []byte("a"), Token: tok(2), LeaseMs: 8, Owner: []byte("r"), Permits: 3},
+		{Key: []byte("b"), Token: tok(3), LeaseMs: 9, Owner: []byte("w")},
+		{Key: []byte("c"), Token: tok(4), LeaseMs: 1, Permits: MaxPermits},
+	}
+	f.Add(encodeStream(snapVersionShared, shard, meta{applied: 9, seq: 4, fence: 5, level: LevelShared, dirVersion: 1, dir: "m"}, shared))
+	f.Add(encodeStream(snapVersionShared, shard, meta{applied: 9, seq: 2, level: LevelShared}, lock))
+	f.Add(encodeStream(snapVersionShared, shard, meta{applied: 9, seq: 4, level: LevelMembership}, shared))
+	f.Add(encodeStream(snapVersionDirectory, shard, meta{applied: 9, seq: 2, level: LevelShared}, lock))
+	f.Add(encodeStream(snapVersionShared, shard, meta{applied: 9, seq: 4, level: LevelShared}, append(slices.Clone(shared),
+		Lock{Key: []byte("a"), Token: tok(3), Permits: 2})))
 	s := newOnDisk(nil, nil, shard) // readSnapshot does not touch the DB
 	f.Fuzz(func(t *testing.T, data []byte) {
 		applied, tb, err := s.readSnapshot(bytes.NewReader(data), nil)
@@ -482,7 +495,10 @@ func FuzzReadSnapshot(f *testing.F) {
 		if want := streamVersion(tb.meta(applied), len(tb.owners) > 0); v != want {
 			t.Fatalf("version %d stream of a table streamed in version %d", v, want)
 		}
-		if (tb.dirVersion == 0) != (tb.dir == nil) || len(tb.dir) > MaxDirectory || v != snapVersionDirectory && tb.dirVersion != 0 {
+		if (len(tb.shared) > 0) != (v == snapVersionShared && len(tb.shared) > 0) || v == snapVersionShared && tb.level < LevelShared {
+			t.Fatalf("version %d stream of level %d, %d shared keys", v, tb.level, len(tb.shared))
+		}
+		if (tb.dirVersion == 0) != (tb.dir == nil) || len(tb.dir) > MaxDirectory || v < snapVersionDirectory && tb.dirVersion != 0 {
 			t.Fatalf("version %d stream, directory %d of %d bytes", v, tb.dirVersion, len(tb.dir))
 		}
 		var held []Lock

@@ -47,7 +47,27 @@ import (
 //	   meta of version 3 (ErrTooOld), so it cannot start again once they
 //	   are. The directory itself is only an opaque blob here: what it
 //	   holds (the members) is the engine's.
-const FeatureLevel = 3
+//	4  shared holds (protocol 1.4): shared Grants (entry version 8, which
+//	   a build of level 3, up to the commit before this level, rejects
+//	   in DecodeBatch as "unknown version" and skips whole; below
+//	   LevelShared every command of such an entry is answered NotEnabled
+//	   and changes nothing, so that such a build stays in step), shared
+//	   grants in the snapshot stream (version 6, written from level 4 on,
+//	   whether or not a key is shared; a build of level 3 refuses it as
+//	   "unknown version 6", as a build of level 2 refuses version 5) and
+//	   in the lock table's files (header rows with token 0 and grant rows
+//	   of their own prefix: "Pebble layout" in the package doc), which a
+//	   build of level 3 never reads: the shard's meta says version 4 by
+//	   then, and it refuses it (ErrTooOld).
+const FeatureLevel = 4
+
+// LevelShared is the cluster version from which a shared Grant takes
+// effect: below it, an entry with one (version 8) changes nothing, every
+// command of it answered NotEnabled, so that a replica of a build of
+// level 3, which skips the entry, stays in step. The engine proposes
+// shared Grants only from it on (and answers `S` with ERR unavailable
+// before).
+const LevelShared = 4
 
 // LevelMembership is the cluster version from which the engine may
 // propose directory writes (SealDirectory), and from which they take

@@ -122,7 +122,7 @@ func run(addr string, nkeys, nconns, pid, changes int) error {
 		ok := time.Now()
 		f := strings.Fields(line)
 		if len(f) != 4 || f[2] != "OK" {
-			return fmt.Errorf("A %s: %q", key(k), strings.TrimSpace(line))
+			return fmt.Errorf("acquire of %s answered %q", key(k), strings.TrimSpace(line))
 		}
 		at, err := w.waitHeld(key(k), sent, 5*time.Second)
 		if err != nil {
