@@ -50,12 +50,12 @@ class FakeServer:
 
     def _accept(self) -> None:
         while not self.stopped:
-            r, _, _ = select.select([self.listener], [], [], 0.05)
-            if not r:
-                continue
             try:
+                r, _, _ = select.select([self.listener], [], [], 0.05)
+                if not r:
+                    continue
                 c, _ = self.listener.accept()
-            except OSError:
+            except (OSError, ValueError):  # closed under us (close)
                 return
             with self.mu:
                 self.conns.append(c)

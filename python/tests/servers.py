@@ -239,12 +239,12 @@ class Proxy:
 
     def _accept(self) -> None:
         while not self.stopped:
-            r, _, _ = select.select([self.listener], [], [], 0.1)
-            if not r:
-                continue
             try:
+                r, _, _ = select.select([self.listener], [], [], 0.1)
+                if not r:
+                    continue
                 c, _ = self.listener.accept()
-            except OSError:
+            except (OSError, ValueError):  # closed under us (close)
                 return
             if self.blocked:
                 c.close()

@@ -395,7 +395,7 @@ async def test_errors_and_closed_client(node: Node) -> None:
     assert await client.query("k") is None
     await client.close()
     await client.close()
-    with pytest.raises(baton.BatonError):
+    with pytest.raises(baton.Unavailable, match="closed"):
         await client.query("k")
     async with baton.aio.Client(f"127.0.0.1:{free_ports(1)[0]}") as down:
         t0 = time.monotonic()

@@ -148,5 +148,5 @@ def test_closed_client(node: Node) -> None:
     assert client.query("k") is None
     client.close()
     client.close()
-    with pytest.raises(baton.BatonError):
+    with pytest.raises(baton.Unavailable, match="closed"):
         client.query("k")

@@ -20,6 +20,7 @@ from servers import Node, Proxy, wait_for
 
 import baton
 import baton._client
+import baton._core
 import baton.aio
 
 T = TypeVar("T")
@@ -233,8 +234,7 @@ def test_unanswered_c_is_given_up(kind: str, fakes: list[FakeServer],
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A server that reads C - but never answers it: members() gives up, the client goes
     on with its configured list."""
-    monkeypatch.setattr(baton._client, "ANSWER_TIMEOUT", 0.5)
-    monkeypatch.setattr(baton.aio, "ANSWER_TIMEOUT", 0.5)
+    monkeypatch.setattr(baton._core, "ANSWER_TIMEOUT", 0.5)  # both clients
 
     def script(server: FakeServer, line: str) -> list[str]:
         return [] if line == "C -" else plain(server, line)

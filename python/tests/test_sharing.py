@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
 
-from servers import Node
+from servers import Node, wait_until
 
 import baton
+import baton.aio
+from baton._core import UP
 
 
 def test_threads_share_a_client(node: Node) -> None:
@@ -87,3 +90,55 @@ def test_fork_child_opens_its_own_connections(node: Node) -> None:
         # The parent's connections still work.
         assert client.query("fork/c") is None
         assert parent_lock.release()
+
+
+async def _aio_child(client: baton.aio.Client, parent_token: int, given: baton.aio.Lock) -> int:
+    """In the child of test_aio_fork: its own event loop, the parent's client."""
+    h = await client.query("afork/p")
+    lock = await client.acquire("afork/c", lease=10.0, wait=5.0)
+    ok = h is not None and h.token == parent_token and await lock.release()
+    ok = ok and await given.release()  # a lock of the parent's, kept alive there
+    await client.close()
+    return 0 if ok else 2
+
+
+async def test_aio_fork_child_opens_its_own_connections(node: Node) -> None:
+    """A child that runs an event loop of its own uses the parent's baton.aio.Client with
+    connections of its own, and leaves the parent's sessions alone."""
+    async with baton.aio.Client(node.addr) as client:
+        parent_lock = await client.acquire("afork/p", lease=30.0)
+        given = await client.acquire("afork/given", lease=30.0)
+        given.keep_alive()
+        conns = client._pool.conns
+        await wait_until(lambda: all(c.state == UP for c in conns), 5.0, "both up")
+        sessions = [c._writer for c in conns]
+        pid = os.fork()
+        if pid == 0:  # the child: report by exit status only
+            code = 1
+            try:
+                code = asyncio.run(_aio_child(client, parent_lock.token, given))
+            finally:
+                os._exit(code)
+        status: list[int] = []
+
+        def exited() -> bool:
+            wpid, st = os.waitpid(pid, os.WNOHANG)
+            if wpid:
+                status.append(st)
+            return bool(wpid)
+
+        try:
+            await wait_until(exited, 20.0, "the child")
+        finally:
+            if not status:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status[0]) == 0
+        # The parent's sessions are the ones it had, and each still serves.
+        for i in range(2 * len(conns)):
+            assert await client.query(f"afork/after/{i}") is None
+        assert [c._writer for c in conns] == sessions
+        assert all(c.state == UP for c in conns)
+        assert await client.query("afork/c") is None
+        assert await client.query("afork/given") is None  # the child released it
+        assert await parent_lock.release()

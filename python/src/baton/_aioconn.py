@@ -9,6 +9,7 @@ block), so the order of the pairing is the order of the bytes on the wire.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from ._pairing import (
     Pairing,
     hello_error,
     session_error,
+    tls_refusal,
     unexpected_answer,
 )
 from ._protocol import HEARTBEAT_KEY, MAX_LINE, parse_answer, request_line, split_address
@@ -77,6 +79,7 @@ class Conn:
         # it closes once it owes nothing, and is not redialled.
         self.retired = False
         self._writer: asyncio.StreamWriter | None = None
+        self._sock: socket.socket | None = None  # the session's socket (for forget)
         self._pairing: Pairing[Call] = Pairing()
         self._silent = False
         self._redial_now = asyncio.Event()
@@ -121,11 +124,11 @@ class Conn:
             first = False
             last_dial = time.monotonic()
             try:
-                reader, writer = await self._open()
+                sock, reader, writer = await self._open()
             except Exception as e:  # every failure is a down connection
                 self._set_state(DOWN, e)
                 continue
-            await self._serve(reader, writer)
+            await self._serve(sock, reader, writer)
             if self._silent:
                 last_dial = time.monotonic()
         if self.retired and not self.client._closing:
@@ -150,16 +153,42 @@ class Conn:
             except TimeoutError:
                 pass
 
-    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connect(self) -> socket.socket:
+        """A TCP connection to the address, on a socket of our own: after fork the child
+        closes its copy of it (see forget), which a transport does not let one do."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        err: OSError = OSError(f"{self.addr}: no address")
+        for family, kind, proto, _, addr in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.setblocking(False)
+                await loop.sock_connect(sock, addr)
+                return sock
+            except OSError as e:
+                sock.close()
+                err = e
+            except BaseException:
+                sock.close()
+                raise
+        raise err
+
+    async def _open(
+        self,
+    ) -> tuple[socket.socket, asyncio.StreamReader, asyncio.StreamWriter]:
         ctx = self.client._ssl_context
         async with asyncio.timeout(self.client._dial_timeout):
-            reader, writer = await asyncio.open_connection(
-                self.host,
-                self.port,
-                ssl=ctx,
-                server_hostname=self.host if ctx is not None else None,
-                limit=_READ_LIMIT,
-            )
+            sock = await self._connect()
+            try:
+                reader, writer = await asyncio.open_connection(
+                    sock=sock,
+                    ssl=ctx,
+                    server_hostname=self.host if ctx is not None else None,
+                    limit=_READ_LIMIT,
+                )
+            except BaseException:
+                sock.close()
+                raise
         try:
             secret = self.client._secret
             if secret is not None:
@@ -175,13 +204,15 @@ class Conn:
         except BaseException:
             writer.transport.abort()
             raise
-        return reader, writer
+        return sock, reader, writer
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self, sock: socket.socket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         if self.client._closing or self.retired:
             writer.transport.abort()
             return
-        self._writer = writer
+        self._writer, self._sock = writer, sock
         self._silent = False
         self._pairing = Pairing()
         self.state = UP
@@ -249,7 +280,10 @@ class Conn:
         """Ends the session of writer (if still current): every unanswered call fails."""
         if self._writer is not writer:
             return
-        self._writer = None
+        self._writer = self._sock = None
+        tls = self.client._ssl_context is not None
+        if tls and not self._pairing.read_any and not self._silent:
+            err = tls_refusal(err)
         calls = self._pairing.drain()
         self.state = DOWN
         self.last_error = err
@@ -272,3 +306,11 @@ class Conn:
         w = self._writer
         if w is not None:
             self._fail(w, ConnectionError("connection dropped"))
+
+    def forget(self) -> None:
+        """After fork, in the child: closes this process's copy of the socket, without a
+        shutdown and without the transport (whose loop is the parent's), so that the
+        parent's session goes on."""
+        sock, self._sock, self._writer = self._sock, None, None
+        if sock is not None:
+            sock.close()

@@ -7,34 +7,40 @@ import os
 import ssl
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 
 from ._conn import Call, ClientClosed, Conn, ConnDown
-from ._core import Policy, Pool, Result, Retry, is_badrequest
+from ._core import (
+    ClientBase,
+    NoAnswer,
+    Policy,
+    Pool,
+    Result,
+    Retry,
+    acquire_policy,
+    dial_wait,
+    extend_policy,
+    is_badrequest,
+    members_policy,
+    query_policy,
+    release_policy,
+)
 from ._errors import NotHeld, Unavailable
 from ._lock import Lock
 from ._protocol import (
-    ANSWER_TIMEOUT,
     DEFAULT_DIAL_TIMEOUT,
     REFRESH_INTERVAL,
-    RELEASE_RETRY,
-    RELEASE_WINDOW,
-    UNAVAILABLE_WINDOW,
     AcquireRequest,
     Answer,
     Holder,
     check_extend_answer,
     check_key,
-    check_owner_prefix,
-    check_secret,
     granted_token,
     holder_from_answer,
     lease_ms,
     members_from_answer,
-    parse_addresses,
     pool_addresses,
     release_result,
     request_line,
@@ -42,18 +48,8 @@ from ._protocol import (
 
 __all__ = ["Client", "Holder"]
 
-_clients: weakref.WeakSet[Client] = weakref.WeakSet()
 
-
-def _after_fork_in_child() -> None:
-    for c in list(_clients):
-        c._reset_after_fork()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-class Client:
+class Client(ClientBase):
     """A client of a baton cluster, safe to share between threads.
 
     It keeps one connection per address (two when given one address), sends requests
@@ -71,17 +67,10 @@ class Client:
         owner_prefix: str = "",
         dial_timeout: float = DEFAULT_DIAL_TIMEOUT,
     ) -> None:
-        uniq = parse_addresses(addresses)
-        if secret is None:
-            secret = os.environ.get("BATON_AUTH") or None
-        self._secret = check_secret(secret) if secret is not None else None
-        self._ssl_context = ssl_context
-        self._owner_prefix = check_owner_prefix(owner_prefix)
-        self._dial_timeout = dial_timeout
-        self._addresses = uniq
+        super().__init__(addresses, secret, ssl_context, owner_prefix, dial_timeout)
         self._closed = False
         self._start_pool()
-        _clients.add(self)
+        self._watch_fork()
 
     def _start_pool(self) -> None:
         self._pid = os.getpid()
@@ -118,10 +107,6 @@ class Client:
             self._closing.set()
             return
         self._start_pool()
-
-    def _check_fork(self) -> None:
-        if self._pid != os.getpid():
-            self._reset_after_fork()
 
     def _add_conn_locked(self, addr: str) -> Conn:
         c = Conn(self, addr)
@@ -181,17 +166,8 @@ class Client:
                 if conn is not None:
                     return conn
                 if not dialing:
-                    if target is not None:
-                        for c in self._pool.conns:
-                            if c.addr == target:
-                                c.redial_soon()
                     raise self._pool.nothing_up(target)
-                timeout = 0.25
-                if deadline is not None:
-                    timeout = min(timeout, deadline - time.monotonic())
-                    if timeout <= 0:
-                        raise Unavailable("no connection came up in time")
-                self._changed.wait(timeout)
+                self._changed.wait(dial_wait(deadline))
 
     def _conn_count(self) -> int:
         with self._mu:
@@ -238,7 +214,7 @@ class Client:
         try:
             members = self._members(refresh=True)
         except BaseException as e:
-            if is_badrequest(e) or isinstance(e, _NoAnswer):
+            if is_badrequest(e) or isinstance(e, NoAnswer):
                 self._refresh_supported = False
             raise
         self._refresh_supported = True
@@ -258,17 +234,7 @@ class Client:
             self._changed.notify_all()
 
     def _members(self, refresh: bool) -> list[str]:
-        now = time.monotonic()
-        res = self._exchange(
-            "C",
-            "-",
-            request_line("C", "-"),
-            Policy(
-                deadline=now + ANSWER_TIMEOUT if refresh else None,
-                unavailable_deadline=now + UNAVAILABLE_WINDOW,
-                answer_timeout=ANSWER_TIMEOUT,
-            ),
-        )
+        res = self._exchange("C", "-", request_line("C", "-"), members_policy(refresh))
         return members_from_answer(res.answer)
 
     def members(self) -> list[str]:
@@ -338,7 +304,7 @@ class Client:
         try:
             while not call.done.wait(1.0 if end is None else max(0.0, end - time.monotonic())):
                 if end is not None and time.monotonic() >= end:
-                    raise _NoAnswer(f"{call.op} {call.key}: no answer within {timeout} s")
+                    raise NoAnswer(f"{call.op} {call.key}: no answer within {timeout} s")
         except BaseException:
             call.give_up()
             raise
@@ -383,10 +349,8 @@ class Client:
         of this acquire sends again.
         """
         req = AcquireRequest(key, lease, wait, owner, self._owner_prefix)
-        policy = Policy(
-            deadline=None,
-            unavailable_deadline=req.unavailable_deadline,
-            line=req.line,
+        policy = acquire_policy(
+            req,
             on_abandoned=lambda ans: self._abandoned(req, ans),
             on_give_up=lambda: self._in_background(lambda: self._clean_up(req)),
         )
@@ -411,12 +375,7 @@ class Client:
 
     def _clean_up(self, req: AcquireRequest) -> None:
         """Releases the grant an acquire that gave up may hold unseen (its owner's)."""
-        res = self._exchange(
-            "A",
-            req.key,
-            req.cleanup_line(),
-            Policy(deadline=time.monotonic() + RELEASE_WINDOW, steady=RELEASE_RETRY),
-        )
+        res = self._exchange("A", req.key, req.cleanup_line(), release_policy())
         token = granted_token(res.answer)
         if token is not None:
             self._release(req.key, token)
@@ -444,40 +403,15 @@ class Client:
     def _release(self, key: str, token: int) -> bool:
         """True: the grant no longer holds the key (OK, or NOTHELD to a retry).
         False: NOTHELD to the first attempt. Raises Unavailable after 5 s."""
-        now = time.monotonic()
-        res = self._exchange(
-            "R",
-            key,
-            request_line("R", key.encode(), token),
-            Policy(deadline=now + RELEASE_WINDOW, steady=RELEASE_RETRY),
-        )
+        res = self._exchange("R", key, request_line("R", key.encode(), token), release_policy())
         return release_result(key, res.answer, res.ambiguous)
 
     def _extend(self, key: str, token: int, lease: float, deadline: float | None = None) -> None:
-        lms = lease_ms(lease)
-        window = time.monotonic() + UNAVAILABLE_WINDOW
-        res = self._exchange(
-            "K",
-            key,
-            request_line("K", key.encode(), token, lms),
-            Policy(
-                deadline=deadline,
-                unavailable_deadline=window if deadline is None else min(window, deadline),
-            ),
-        )
+        line = request_line("K", key.encode(), token, lease_ms(lease))
+        res = self._exchange("K", key, line, extend_policy(deadline))
         check_extend_answer(key, token, res.answer)
 
     def query(self, key: str) -> Holder | None:
         """The committed state of key: None when free, else a Holder."""
-        kraw = check_key(key)
-        res = self._exchange(
-            "Q",
-            key,
-            request_line("Q", kraw),
-            Policy(deadline=None, unavailable_deadline=time.monotonic() + UNAVAILABLE_WINDOW),
-        )
+        res = self._exchange("Q", key, request_line("Q", check_key(key)), query_policy())
         return holder_from_answer(key, res.answer)
-
-
-class _NoAnswer(Unavailable):
-    """A request with an answer time-out got none in time."""

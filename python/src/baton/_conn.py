@@ -29,6 +29,7 @@ from ._pairing import (
     Pairing,
     hello_error,
     session_error,
+    tls_refusal,
     unexpected_answer,
 )
 from ._protocol import HEARTBEAT_KEY, Answer, parse_answer, request_line, split_address
@@ -95,7 +96,7 @@ class Conn:
             try:
                 self._send_all(sock, line)
             except OSError as e:
-                self._fail(sock, e)
+                self._fail(sock, self._tls_alert(sock) or e)
 
     def _send_all(self, sock: socket.socket, data: bytes) -> None:
         view = memoryview(data)
@@ -110,6 +111,24 @@ class Conn:
                 if self._sock is not sock:
                     raise OSError("connection closed while sending")
                 select.select([], [sock], [], _TICK)
+
+    def _tls_alert(self, sock: socket.socket) -> ssl.SSLError | None:
+        """After a write failed on a TLS connection: the alert the server sent before it
+        closed, if it waits to be read (with TLS 1.3 a server refuses a client certificate
+        only after the handshake, so the first writes may still go out). It says more
+        than the write's own error ("EOF occurred in violation of protocol")."""
+        if not isinstance(sock, ssl.SSLSocket):
+            return None
+        try:
+            with self._io:
+                sock.recv(65536)  # the session is over: what it reads is dropped
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, ssl.SSLEOFError):
+            return None
+        except ssl.SSLError as e:
+            return e
+        except OSError:
+            return None
+        return None
 
     # --- the session loop --------------------------------------------------
 
@@ -282,6 +301,9 @@ class Conn:
             if self._sock is not sock:
                 return
             self._sock = None
+            tls = self.client._ssl_context is not None
+            if tls and not self._pairing.read_any and not self._silent:
+                err = tls_refusal(err)
             calls = self._pairing.drain()
             self.state = DOWN
             self.last_error = err

@@ -5,8 +5,11 @@ membership. Each client adds only its way of waiting and of doing I/O."""
 
 from __future__ import annotations
 
+import os
 import random
+import ssl
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, NoReturn, Protocol, TypeVar
@@ -14,11 +17,19 @@ from typing import Generic, NoReturn, Protocol, TypeVar
 from ._errors import AuthError, BatonError, ServerError, Unavailable
 from ._pairing import ClientClosed
 from ._protocol import (
+    ANSWER_TIMEOUT,
     BACKOFF_MAX,
     BACKOFF_MIN,
     MAX_CONNS,
     MOVED_HOPS,
+    RELEASE_RETRY,
+    RELEASE_WINDOW,
+    UNAVAILABLE_WINDOW,
+    AcquireRequest,
     Answer,
+    check_owner_prefix,
+    check_secret,
+    parse_addresses,
     pool_addresses,
 )
 
@@ -48,6 +59,52 @@ class Policy:
     answer_timeout: float | None = None
 
 
+def acquire_policy(
+    req: AcquireRequest,
+    on_abandoned: Callable[[Answer | None], None],
+    on_give_up: Callable[[], None],
+) -> Policy:
+    """An acquire: ERR unavailable is retried until its wait runs out, each attempt with
+    what is left of the wait."""
+    return Policy(
+        deadline=None,
+        unavailable_deadline=req.unavailable_deadline,
+        line=req.line,
+        on_abandoned=on_abandoned,
+        on_give_up=on_give_up,
+    )
+
+
+def release_policy() -> Policy:
+    """A release (and the clean-up of an acquire that gave up): retried every 200 ms for
+    5 s, whatever fails."""
+    return Policy(deadline=time.monotonic() + RELEASE_WINDOW, steady=RELEASE_RETRY)
+
+
+def extend_policy(deadline: float | None) -> Policy:
+    """An extend: ERR unavailable is retried for 5 s, and never past deadline (the
+    keep-alive's: when the lease runs out)."""
+    window = time.monotonic() + UNAVAILABLE_WINDOW
+    return Policy(
+        deadline=deadline,
+        unavailable_deadline=window if deadline is None else min(window, deadline),
+    )
+
+
+def query_policy() -> Policy:
+    return Policy(deadline=None, unavailable_deadline=time.monotonic() + UNAVAILABLE_WINDOW)
+
+
+def members_policy(refresh: bool) -> Policy:
+    """C -: its answer is awaited for 5 s at most; a refresh gives up after that too."""
+    now = time.monotonic()
+    return Policy(
+        deadline=now + ANSWER_TIMEOUT if refresh else None,
+        unavailable_deadline=now + UNAVAILABLE_WINDOW,
+        answer_timeout=ANSWER_TIMEOUT,
+    )
+
+
 @dataclass(slots=True)
 class Result:
     answer: Answer
@@ -56,6 +113,10 @@ class Result:
 
 class TargetDown(Unavailable):
     """The node that MOVED named cannot be reached (try elsewhere)."""
+
+
+class NoAnswer(Unavailable):
+    """A request with an answer time-out got none in time."""
 
 
 class Retry:
@@ -165,6 +226,8 @@ class Slot(Protocol):
     last_error: BaseException | None
     retired: bool
 
+    def redial_soon(self) -> None: ...
+
 
 S = TypeVar("S", bound=Slot)
 
@@ -226,7 +289,12 @@ class Pool(Generic[S]):
         return True
 
     def nothing_up(self, target: str | None) -> BaseException:
-        """The error when no connection is up and none is being dialled."""
+        """The error when no connection is up and none is being dialled (a connection to
+        target, a node MOVED named, is redialled soon for the next attempt)."""
+        if target is not None:
+            for c in self.conns:
+                if c.addr == target:
+                    c.redial_soon()
         for c in self.conns:
             if (target is None or c.addr == target) and isinstance(c.last_error, AuthError):
                 return c.last_error
@@ -255,5 +323,63 @@ class Pool(Generic[S]):
         return want, retire
 
 
+def dial_wait(deadline: float | None) -> float:
+    """How long to wait for a connection being dialled before looking again; raises
+    Unavailable once deadline has passed."""
+    timeout = 0.25
+    if deadline is not None:
+        timeout = min(timeout, deadline - time.monotonic())
+        if timeout <= 0:
+            raise Unavailable("no connection came up in time")
+    return timeout
+
+
 def is_badrequest(err: BaseException) -> bool:
     return isinstance(err, ServerError) and err.code == "badrequest"
+
+
+class ClientBase:
+    """What the sync and the asyncio client share: their arguments, checked, and the watch
+    for a fork (a child process starts afresh: ``_reset_after_fork``)."""
+
+    def __init__(
+        self,
+        addresses: str | Sequence[str],
+        secret: str | None,
+        ssl_context: ssl.SSLContext | None,
+        owner_prefix: str,
+        dial_timeout: float,
+    ) -> None:
+        self._addresses = parse_addresses(addresses)
+        if secret is None:
+            secret = os.environ.get("BATON_AUTH") or None
+        self._secret = check_secret(secret) if secret is not None else None
+        self._ssl_context = ssl_context
+        self._owner_prefix = check_owner_prefix(owner_prefix)
+        self._dial_timeout = dial_timeout
+        self._pid = os.getpid()
+
+    def _watch_fork(self) -> None:
+        """Once the client is set up: a child after fork resets it at once."""
+        _clients.add(self)
+
+    def _reset_after_fork(self) -> None:
+        """In a child after fork: drops the parent's connections and background work
+        without touching the parent's sessions, and starts afresh (sets ``_pid``)."""
+        raise NotImplementedError
+
+    def _check_fork(self) -> None:
+        """For a fork that the at-fork hook did not see."""
+        if self._pid != os.getpid():
+            self._reset_after_fork()
+
+
+_clients: weakref.WeakSet[ClientBase] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for c in list(_clients):
+        c._reset_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

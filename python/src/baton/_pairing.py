@@ -5,11 +5,12 @@ connections, which add only the I/O (and the way a caller waits)."""
 from __future__ import annotations
 
 import collections
+import ssl
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from ._errors import AuthError, BatonError
+from ._errors import AuthError, BatonError, Unavailable
 from ._protocol import Answer
 
 HEARTBEAT_AFTER = 0.5  # quiet this long while answers are awaited: send a heartbeat
@@ -23,8 +24,8 @@ class ConnectionLost(BatonError):
     taken effect."""
 
 
-class ClientClosed(BatonError):
-    """The client was closed."""
+class ClientClosed(Unavailable):
+    """The client was closed: no connection serves it any more."""
 
 
 class Call:
@@ -150,6 +151,11 @@ class Pairing(Generic[C]):
         """Bytes came in."""
         self._last_read = now
 
+    @property
+    def read_any(self) -> bool:
+        """Whether anything came in during this session."""
+        return self._last_read > 0
+
     def check(self, now: float) -> tuple[bool, str | None]:
         """The stall watch, run every tick: (send a heartbeat now, why the connection is
         dead or None). After HEARTBEAT_AFTER without a byte while answers are awaited, a
@@ -195,6 +201,22 @@ def hello_error(addr: str, ans: Answer, line: bytes) -> BaseException | None:
     if not (ans.op == "H" and ans.status == "OK"):
         return ConnectionError(f"unexpected answer from {addr} to H: {line!r}")
     return None
+
+
+def tls_refusal(err: BaseException) -> BaseException:
+    """The error of a TLS session that the server ended before it sent anything, without a
+    TLS alert that says why (a reset, an EOF: with TLS 1.3 the client's handshake is over
+    before the server checked its certificate, and a write that races the server's alert
+    loses it). The usual reason is a client certificate the server wants and did not get,
+    or does not trust: say so."""
+    if not isinstance(err, OSError) or (
+        isinstance(err, ssl.SSLError) and not isinstance(err, ssl.SSLEOFError)
+    ):
+        return err  # not a lost connection, or an alert that says why itself
+    return ConnectionError(
+        f"{err} (the server ended the TLS session before it answered anything: does it "
+        "want a client certificate, or not trust this one?)"
+    )
 
 
 def session_error(addr: str, err: BaseException, closing: bool) -> BaseException:

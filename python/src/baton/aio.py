@@ -25,7 +25,21 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._aioconn import Call, Conn, ConnDown
-from ._core import Policy, Pool, Result, Retry, is_badrequest
+from ._core import (
+    ClientBase,
+    NoAnswer,
+    Policy,
+    Pool,
+    Result,
+    Retry,
+    acquire_policy,
+    dial_wait,
+    extend_policy,
+    is_badrequest,
+    members_policy,
+    query_policy,
+    release_policy,
+)
 from ._errors import (
     AcquireTimeout,
     AuthError,
@@ -38,24 +52,18 @@ from ._errors import (
 from ._lock import KEEP_ALIVE_RETRY, LockBase
 from ._pairing import ClientClosed
 from ._protocol import (
-    ANSWER_TIMEOUT,
     DEFAULT_DIAL_TIMEOUT,
     REFRESH_INTERVAL,
-    RELEASE_RETRY,
     RELEASE_WINDOW,
-    UNAVAILABLE_WINDOW,
     AcquireRequest,
     Answer,
     Holder,
     check_extend_answer,
     check_key,
-    check_owner_prefix,
-    check_secret,
     granted_token,
     holder_from_answer,
     lease_ms,
     members_from_answer,
-    parse_addresses,
     pool_addresses,
     release_result,
     request_line,
@@ -77,11 +85,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-class _NoAnswer(Unavailable):
-    """A request with an answer time-out got none in time."""
-
-
-class Client:
+class Client(ClientBase):
     """An asyncio client of a baton cluster (the sync ``baton.Client``'s behaviour, with
     coroutines). Connections open in the background on first use; use ``async with``, or
     await ``close``."""
@@ -95,17 +99,17 @@ class Client:
         owner_prefix: str = "",
         dial_timeout: float = DEFAULT_DIAL_TIMEOUT,
     ) -> None:
-        self._addresses = parse_addresses(addresses)
-        if secret is None:
-            secret = os.environ.get("BATON_AUTH") or None
-        self._secret = check_secret(secret) if secret is not None else None
-        self._ssl_context = ssl_context
-        self._owner_prefix = check_owner_prefix(owner_prefix)
-        self._dial_timeout = dial_timeout
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pool: Pool[Conn] = Pool()
+        super().__init__(addresses, secret, ssl_context, owner_prefix, dial_timeout)
         self._closed = False  # close was called: no new request (but the client's own)
         self._closing = False  # the connections are being closed: no request at all
+        self._start_process()
+        self._watch_fork()
+
+    def _start_process(self) -> None:
+        """The state of this process's connections and tasks, bound to no loop yet."""
+        self._pid = os.getpid()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pool: Pool[Conn] = Pool()
         self._closing_ev = asyncio.Event()
         self._changed = asyncio.Event()
         # Work that must outlive its caller: releases (of a cancelled release, of a grant
@@ -118,8 +122,20 @@ class Client:
         self._refresh_supported: bool | None = None
         self._refresh_now = asyncio.Event()
 
+    def _reset_after_fork(self) -> None:
+        # In a child after fork: the parent's loop, tasks and connections are the
+        # parent's. Close this process's copies of the sockets (without a shutdown, and
+        # without the parent's loop, whose epoll set the child shares: the parent's
+        # sessions go on) and start afresh, on the loop the child runs.
+        for c in self._pool.conns:
+            c.forget()
+        self._start_process()
+        if self._closed:
+            self._closing = True
+
     def _start(self) -> None:
         """Binds the client to the running loop and opens the connections, on first use."""
+        self._check_fork()
         loop = asyncio.get_running_loop()
         if self._loop is loop:
             return
@@ -144,6 +160,7 @@ class Client:
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Runs coro as a task of the client's, which close waits for."""
+        self._check_fork()
         loop = self._loop or asyncio.get_running_loop()
         t = loop.create_task(coro)
         self._tasks.add(t)
@@ -156,6 +173,7 @@ class Client:
         """Closes every connection and stops the background work, after the releases
         under way finished (each within its 5 s). Locks stay held on the server until
         released or their lease runs out. Idempotent."""
+        self._check_fork()
         if self._closed:
             return
         self._closed = True
@@ -212,18 +230,9 @@ class Client:
             if conn is not None:
                 return conn
             if not dialing:
-                if target is not None:
-                    for c in self._pool.conns:
-                        if c.addr == target:
-                            c.redial_soon()
                 raise self._pool.nothing_up(target)
-            timeout = 0.25
-            if deadline is not None:
-                timeout = min(timeout, deadline - time.monotonic())
-                if timeout <= 0:
-                    raise Unavailable("no connection came up in time")
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(dial_wait(deadline)):
                     await self._changed.wait()
 
     def _check_open(self) -> None:
@@ -275,7 +284,7 @@ class Client:
         try:
             members = await self._members(refresh=True)
         except Exception as e:
-            if is_badrequest(e) or isinstance(e, _NoAnswer):
+            if is_badrequest(e) or isinstance(e, NoAnswer):
                 self._refresh_supported = False
             raise
         self._refresh_supported = True
@@ -292,17 +301,7 @@ class Client:
         self._notify_change()
 
     async def _members(self, refresh: bool) -> list[str]:
-        now = time.monotonic()
-        res = await self._exchange(
-            "C",
-            "-",
-            request_line("C", "-"),
-            Policy(
-                deadline=now + ANSWER_TIMEOUT if refresh else None,
-                unavailable_deadline=now + UNAVAILABLE_WINDOW,
-                answer_timeout=ANSWER_TIMEOUT,
-            ),
-        )
+        res = await self._exchange("C", "-", request_line("C", "-"), members_policy(refresh))
         return members_from_answer(res.answer)
 
     async def members(self) -> list[str]:
@@ -351,7 +350,7 @@ class Client:
             try:
                 await call.wait(policy.answer_timeout)
             except TimeoutError:
-                raise _NoAnswer(f"{op} {key}: no answer within {policy.answer_timeout} s") from None
+                raise NoAnswer(f"{op} {key}: no answer within {policy.answer_timeout} s") from None
             if call.error is not None:
                 await self._pause(r.on_lost(call.error))
                 continue
@@ -401,10 +400,8 @@ class Client:
         after is released.
         """
         req = AcquireRequest(key, lease, wait, owner, self._owner_prefix)
-        policy = Policy(
-            deadline=None,
-            unavailable_deadline=req.unavailable_deadline,
-            line=req.line,
+        policy = acquire_policy(
+            req,
             on_abandoned=lambda ans: self._abandoned(req, ans),
             on_give_up=lambda: self._give_up_acquire(req),
         )
@@ -434,12 +431,7 @@ class Client:
 
     async def _clean_up(self, req: AcquireRequest) -> None:
         """Releases the grant an acquire that gave up may hold unseen (its owner's)."""
-        res = await self._exchange(
-            "A",
-            req.key,
-            req.cleanup_line(),
-            Policy(deadline=time.monotonic() + RELEASE_WINDOW, steady=RELEASE_RETRY),
-        )
+        res = await self._exchange("A", req.key, req.cleanup_line(), release_policy())
         token = granted_token(res.answer)
         if token is not None:
             await self._release(req.key, token)
@@ -460,39 +452,20 @@ class Client:
     async def _release(self, key: str, token: int) -> bool:
         """True: the grant no longer holds the key (OK, or NOTHELD to a retry).
         False: NOTHELD to the first attempt. Raises Unavailable after 5 s."""
-        res = await self._exchange(
-            "R",
-            key,
-            request_line("R", key.encode(), token),
-            Policy(deadline=time.monotonic() + RELEASE_WINDOW, steady=RELEASE_RETRY),
-        )
+        line = request_line("R", key.encode(), token)
+        res = await self._exchange("R", key, line, release_policy())
         return release_result(key, res.answer, res.ambiguous)
 
     async def _extend(
         self, key: str, token: int, lease: float, deadline: float | None = None
     ) -> None:
-        lms = lease_ms(lease)
-        window = time.monotonic() + UNAVAILABLE_WINDOW
-        res = await self._exchange(
-            "K",
-            key,
-            request_line("K", key.encode(), token, lms),
-            Policy(
-                deadline=deadline,
-                unavailable_deadline=window if deadline is None else min(window, deadline),
-            ),
-        )
+        line = request_line("K", key.encode(), token, lease_ms(lease))
+        res = await self._exchange("K", key, line, extend_policy(deadline))
         check_extend_answer(key, token, res.answer)
 
     async def query(self, key: str) -> Holder | None:
         """The committed state of key: None when free, else a Holder."""
-        kraw = check_key(key)
-        res = await self._exchange(
-            "Q",
-            key,
-            request_line("Q", kraw),
-            Policy(deadline=None, unavailable_deadline=time.monotonic() + UNAVAILABLE_WINDOW),
-        )
+        res = await self._exchange("Q", key, request_line("Q", check_key(key)), query_policy())
         return holder_from_answer(key, res.answer)
 
 
@@ -544,7 +517,7 @@ class Lock(LockBase):
         done = self._release_done()
         if done is not None:
             return done
-        t = self._release_task
+        t = _ours(self._release_task)
         if t is None or (t.done() and (t.cancelled() or t.exception() is not None)):
             t = self._release_task = self._client._spawn(self._do_release())
         return await asyncio.shield(t)
@@ -555,7 +528,7 @@ class Lock(LockBase):
     def keep_alive(self) -> None:
         """Starts a task that extends the lease every lease/3 until the lock is released
         or lost, and returns at once. Calling it again does nothing."""
-        if self._ka_task is not None or self._keep_alive_due() is None:
+        if _ours(self._ka_task) is not None or self._keep_alive_due() is None:
             return
         client = self._client
         client._start()
@@ -567,7 +540,7 @@ class Lock(LockBase):
         t.add_done_callback(_forget(client._keepalives))
 
     def _stop_keep_alive(self) -> None:
-        t = self._ka_task
+        t = _ours(self._ka_task)
         if t is not None and t is not asyncio.current_task():
             t.cancel()
 
@@ -647,6 +620,14 @@ class LockContext:
         lk, self._lock = self._lock, None
         if lk is not None:
             await lk.release()
+
+
+def _ours(task: asyncio.Task[T] | None) -> asyncio.Task[T] | None:
+    """task, unless it runs on another loop than the running one: a lock's keep-alive or
+    release started before a fork is the parent's, and the child leaves it alone."""
+    if task is not None and task.get_loop() is not asyncio.get_running_loop():
+        return None
+    return task
 
 
 def _forget(tasks: set[asyncio.Task[Any]]) -> Any:
