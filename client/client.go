@@ -473,26 +473,25 @@ func (cl *Client) release(ctx context.Context, key string, token uint64) error {
 // grant back if there is one (or takes the key if it is free), and its
 // token is released; retried as a release is, for ReleaseWindow.
 func (cl *Client) cleanUpAcquire(key string, leaseMs uint32, owner []byte) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if cl.closed {
-		return
-	}
-	cl.wg.Add(1)
-	go func() {
-		defer cl.wg.Done()
+	cl.inBackground(func() {
 		ctx, cancel := context.WithTimeout(cl.ctx, ReleaseWindow)
 		defer cancel()
 		req := codec.Request{Op: codec.OpAcquire, Key: []byte(key), LeaseMs: leaseMs, WaitMs: codec.WaitNone, Owner: owner}
 		if ans, err := cl.exchange(ctx, &req, key, policy{steady: ReleaseRetryInterval}); err == nil && ans.status == codec.StatusOK {
 			_ = cl.release(cl.ctx, key, ans.token)
 		}
-	}()
+	})
 }
 
 // releaseAbandoned releases, in the background, a grant whose caller gave
 // up before it arrived.
 func (cl *Client) releaseAbandoned(key string, token uint64) {
+	cl.inBackground(func() { _ = cl.release(cl.ctx, key, token) })
+}
+
+// inBackground runs fn on a goroutine of the client's (Close waits for
+// it), unless the client is closed.
+func (cl *Client) inBackground(fn func()) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if cl.closed {
@@ -501,7 +500,7 @@ func (cl *Client) releaseAbandoned(key string, token uint64) {
 	cl.wg.Add(1)
 	go func() {
 		defer cl.wg.Done()
-		_ = cl.release(cl.ctx, key, token)
+		fn()
 	}()
 }
 

@@ -505,17 +505,8 @@ func (t *table) freeGrant(g uint32) {
 func (t *table) releaseHeader(h uint32) {
 	t.retire(t.shared[h])
 	delete(t.shared, h)
-	r := &t.rows[h]
-	r.tok &= rowStored | rowDirty | rowListed
-	if r.tok&rowStored != 0 {
-		t.change(h)
-		return
-	}
-	if r.tok&rowDirty != 0 {
-		t.dirty--
-	}
-	t.drop(h)
-	t.freed = append(t.freed, h)
+	t.rows[h].tok &= rowStored | rowDirty | rowListed
+	t.unheld(h)
 }
 
 // token is the holder's token of the row in slot i.
@@ -613,11 +604,19 @@ func (t *table) release(i uint32) {
 	r.tok &= rowStored | rowDirty | rowListed
 	r.leaseMs = 0
 	t.held--
-	if r.tok&rowStored != 0 {
+	t.unheld(i)
+}
+
+// unheld finishes the release of the key's row in slot i, no longer
+// held: a row the checkpoint has becomes a ghost, which the next
+// checkpoint deletes; any other is back to what the checkpoint says
+// (free), so it is no longer dirty, and leaves the table.
+func (t *table) unheld(i uint32) {
+	if t.rows[i].tok&rowStored != 0 {
 		t.change(i)
 		return
 	}
-	if r.tok&rowDirty != 0 {
+	if t.rows[i].tok&rowDirty != 0 {
 		t.dirty--
 	}
 	t.drop(i)
