@@ -17,6 +17,9 @@
 #            the second one's command runs, against LEASE: the leader's
 #            lease runs out on the server, the key passes to b
 #
+#   load     baton bench 16 x 16 on a fresh node, alone and beside KEYS
+#            idle watches (LOAD=0 skips it; ONLY_LOAD=1 runs it alone)
+#
 #   tools/bench-watch.sh        # RUNS=3 KEYS=100000 CHANGES=20000 LEASE=2s
 source "$(dirname "$0")/bench-lib.sh"
 
@@ -30,6 +33,7 @@ go build -o "$work/watchbench" ./tools/watchbench
 
 echo "single node, 4 shards; $KEYS keys; $CHANGES changes; election lease $LEASE; $RUNS rounds"
 for r in $(seq "$RUNS"); do
+	[ "${ONLY_LOAD:-0}" = 1 ] && break
 	start 4
 	bin/baton bench --addr "$CLIENT" --workload hold --hold "$KEYS" --conns 16 --depth 64 --duration 1s --pid "$pid" \
 		--quiet --json "$work/hold.json" >/dev/null
@@ -57,3 +61,24 @@ for r in $(seq "$RUNS"); do
 	stop
 	echo "run=$r hold_bytes_per_lock=$hold_bytes acquire_p50_us=$acq $out failover_ms=$failover_ms lease=$LEASE"
 done
+
+# The apply path with and without watches: baton bench 16 x 16 (cycles/s)
+# on a fresh node, alone and beside KEYS idle watches (other keys), in
+# turns. A holder change looks its key up among the watched ones only
+# when the shard has watches.
+if [ "${LOAD:-1}" = 1 ]; then
+	echo "16 x 16 uncontended cycles/s, without and with $KEYS idle watches, 10 s each, $RUNS rounds"
+	for r in $(seq "$RUNS"); do
+		start 4
+		without=$(bin/baton bench --addr "$CLIENT" --conns 16 --depth 16 --duration 10s --quiet --json "$work/wo.json" >/dev/null && jq '.cycles_per_sec | floor' "$work/wo.json")
+		stop
+		start 4
+		"$work/watchbench" --addr "$CLIENT" --keys "$KEYS" --conns 16 --changes 0 --hold 30s >"$work/wb.out" &
+		wb=$!
+		until grep -q '^watches=' "$work/wb.out"; do sleep 0.05; done # every watch has its first line
+		with=$(bin/baton bench --addr "$CLIENT" --conns 16 --depth 16 --duration 10s --quiet --json "$work/w.json" >/dev/null && jq '.cycles_per_sec | floor' "$work/w.json")
+		kill "$wb" 2>/dev/null; wait "$wb" 2>/dev/null || true
+		stop
+		echo "load run=$r without_watches=$without with_watches=$with"
+	done
+fi

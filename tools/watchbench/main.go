@@ -13,7 +13,8 @@
 // change each, and the time from the client reading the OK of its A (the
 // commit's answer) to a watcher reading the key's HELD line is one sample;
 // it prints their median and 99th percentile, and the same from the
-// sending of the A.
+// sending of the A. With --hold it then keeps the watches open that long,
+// so that another load can run beside them.
 package main
 
 import (
@@ -37,8 +38,9 @@ func main() {
 	conns := flag.Int("conns", 16, "connections the watches are spread over")
 	pid := flag.Int("pid", 0, "the node's process id, for its RSS (0: not read)")
 	changes := flag.Int("changes", 20000, "acquire+release cycles on watched keys")
+	hold := flag.Duration("hold", 0, "then keep the watches open this long (for a load run beside them)")
 	flag.Parse()
-	if err := run(*addr, *keys, *conns, *pid, *changes); err != nil {
+	if err := run(*addr, *keys, *conns, *pid, *changes, *hold); err != nil {
 		fmt.Fprintln(os.Stderr, "watchbench:", err)
 		os.Exit(1)
 	}
@@ -56,7 +58,7 @@ type watcher struct {
 
 func key(i int) string { return "watch/" + strconv.Itoa(i) }
 
-func run(addr string, nkeys, nconns, pid, changes int) error {
+func run(addr string, nkeys, nconns, pid, changes int, hold time.Duration) error {
 	rssBefore := rss(pid)
 	ws := make([]*watcher, nconns)
 	for i := range ws {
@@ -139,6 +141,7 @@ func run(addr string, nkeys, nconns, pid, changes int) error {
 	}
 	fmt.Printf("changes=%d line_after_ok_p50_us=%d line_after_ok_p99_us=%d line_after_send_p50_us=%d line_after_send_p99_us=%d\n",
 		changes, pct(fromOK, 50).Microseconds(), pct(fromOK, 99).Microseconds(), pct(fromSend, 50).Microseconds(), pct(fromSend, 99).Microseconds())
+	time.Sleep(hold)
 	return nil
 }
 
