@@ -117,7 +117,7 @@ type shard struct {
 	// watches: the watches of each watched key, while this node serves
 	// the shard; watchDirty: those the entry being applied changed
 	// (watch.go).
-	watches    map[string][]*watch
+	watches    map[string]*watch
 	watchDirty []*watch
 	readKick   chan struct{} // wakes the reader
 

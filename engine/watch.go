@@ -42,6 +42,10 @@ import (
 type watch struct {
 	cs  *connState
 	key string
+	// next is the key's next watch in the shard's list (shard.watches
+	// holds the first): a key has one watch most often, and a list costs
+	// no allocation of its own.
+	next *watch
 	// dirty: the entry being applied changed the key's holders, and the
 	// watch is in shard.watchDirty.
 	dirty bool
@@ -56,14 +60,14 @@ type watch struct {
 // confirmed the view, or at once on a single node: it starts the watch,
 // or finds the one cs has, and answers the key's state. s.mu is held.
 func (s *shard) watchW(cs *connState, key []byte, now int64) {
-	ws := s.watches[string(key)]
-	for _, w := range ws {
+	first := s.watches[string(key)]
+	for w := first; w != nil; w = w.next {
 		if w.cs == cs {
 			s.stateLine(cs, codec.OpWatch, key, now, false)
 			return
 		}
 	}
-	w := &watch{cs: cs, key: string(key)}
+	w := &watch{cs: cs, key: string(key), next: first}
 	switch cs.addWatch(w) {
 	case connClosed:
 		return
@@ -75,9 +79,9 @@ func (s *shard) watchW(cs *connState, key []byte, now int64) {
 		return
 	}
 	if s.watches == nil {
-		s.watches = make(map[string][]*watch)
+		s.watches = make(map[string]*watch)
 	}
-	s.watches[w.key] = append(ws, w)
+	s.watches[w.key] = w
 	s.stateLine(cs, codec.OpWatch, key, now, false)
 }
 
@@ -93,20 +97,21 @@ func (s *shard) unwatch(cs *connState, key []byte) {
 
 // dropWatch takes w out of the shard's map. s.mu is held.
 func (s *shard) dropWatch(w *watch) {
-	ws := s.watches[w.key]
-	for i, o := range ws {
-		if o == w {
-			ws[i] = ws[len(ws)-1]
-			ws[len(ws)-1] = nil
-			ws = ws[:len(ws)-1]
-			break
+	first := s.watches[w.key]
+	switch {
+	case first == w && w.next == nil:
+		delete(s.watches, w.key)
+	case first == w:
+		s.watches[w.key] = w.next
+	default:
+		for o := first; o != nil; o = o.next {
+			if o.next == w {
+				o.next = w.next
+				break
+			}
 		}
 	}
-	if len(ws) == 0 {
-		delete(s.watches, w.key)
-	} else {
-		s.watches[w.key] = ws
-	}
+	w.next = nil
 	w.dirty, w.granted = false, 0 // sendWatched skips it: no line after U
 }
 
@@ -118,7 +123,7 @@ func (s *shard) watchChanged(c *sm.Command, res sm.Result) {
 	if len(s.watches) == 0 {
 		return
 	}
-	for _, w := range s.watches[string(c.Key)] {
+	for w := s.watches[string(c.Key)]; w != nil; w = w.next {
 		if w.granted != 0 {
 			w.cs.sendEvent(&codec.Response{Op: codec.OpWatch, Key: c.Key, Status: codec.StatusHeld,
 				Token: w.granted, RemainingMs: uint64(w.grantLeaseMs), Owner: bytesOf(w.grantOwner)}, s.hold())
@@ -153,8 +158,8 @@ func (s *shard) sendWatched(now int64) {
 // serves: each is answered MOVED to the leader, or ERR unavailable. s.mu
 // is held.
 func (s *shard) endWatches() {
-	for key, ws := range s.watches {
-		for _, w := range ws {
+	for key, first := range s.watches {
+		for w := first; w != nil; w = w.next {
 			w.cs.removeWatch(key)
 			s.answerNotServingEvent(w.cs, codec.OpWatch, bytesOf(key))
 		}

@@ -145,7 +145,7 @@ func TestWatchEnds(t *testing.T) {
 		t.Fatalf("%d watches counted, want 3", n)
 	}
 	s.node.closeConn(other)
-	if n := s.node.adm.watches.Load(); n != 1 || len(s.watches["k"]) != 1 || s.watches["j"] != nil {
+	if n := s.node.adm.watches.Load(); n != 1 || watchesOf(s, "k") != 1 || s.watches["j"] != nil {
 		t.Fatalf("after a connection's end: %d watches counted, shard's %v; want 1, k's", n, s.watches)
 	}
 	s.leaderUpdated(0)
@@ -219,7 +219,41 @@ func TestWatcherThatDoesNotRead(t *testing.T) {
 		t.Fatalf("the watcher that does not read: cut %v by %v, want cut by MaxUnsentPerConn", cut, limit)
 	}
 	s.node.closeConn(idle) // what its loop does once it is cut off
-	if n := len(s.watches["k"]); n != 1 || s.node.adm.watches.Load() != 1 {
+	if n := watchesOf(s, "k"); n != 1 || s.node.adm.watches.Load() != 1 {
 		t.Fatalf("after the cut-off: %d watches of k, %d counted; want the reader's alone", n, s.node.adm.watches.Load())
+	}
+}
+
+// watchesOf counts the shard's watches of key.
+func watchesOf(s *shard, key string) (n int) {
+	for w := s.watches[key]; w != nil; w = w.next {
+		n++
+	}
+	return n
+}
+
+// TestWatchersOfOneKey: several connections watch one key; one that
+// leaves (U, first, middle or last in the shard's list) gets no more
+// lines, the others each get theirs.
+func TestWatchersOfOneKey(t *testing.T) {
+	for leaving := range 3 {
+		s := testShard(t)
+		cs := []*connState{connTo(s), connTo(s), connTo(s)}
+		for _, c := range cs {
+			request(t, s, c, "W k")
+			answers(c)
+		}
+		request(t, s, cs[leaving], "U k")
+		answers(cs[leaving])
+		applyCollect(s, entryOf(7, 1, false, grant("k", 100, "")))
+		for i, c := range cs {
+			got := answers(c)
+			if want := i != leaving; (len(got) == 1) != want {
+				t.Fatalf("watcher %d, watcher %d having left: %q", i, leaving, got)
+			}
+		}
+		if n := watchesOf(s, "k"); n != 2 {
+			t.Fatalf("%d watches of k listed, want 2", n)
+		}
 	}
 }
