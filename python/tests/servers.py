@@ -195,6 +195,7 @@ class _Pair:
         self.held = b""
         self.client_closed = threading.Event()
         self.closed = False
+        self.requests: list[str] = []  # the request lines forwarded, in order
 
     def close(self) -> None:
         self.closed = True
@@ -280,6 +281,7 @@ class Proxy:
                     self.events.append("cut-request " + line.decode())
                     p.close()
                     return
+                p.requests.append(line.decode(errors="replace"))
                 out += line + b"\n"
             try:
                 p.upstream.sendall(out)

@@ -9,6 +9,7 @@
 
 from . import aio
 from ._client import Client
+from ._election import Election
 from ._errors import (
     AcquireTimeout,
     AuthError,
@@ -19,7 +20,7 @@ from ._errors import (
     Unavailable,
 )
 from ._lock import Lock
-from ._protocol import HEARTBEAT_KEY, Holder
+from ._protocol import HEARTBEAT_KEY, Holder, Leader
 
 __all__ = [
     "HEARTBEAT_KEY",
@@ -27,7 +28,9 @@ __all__ = [
     "AuthError",
     "BatonError",
     "Client",
+    "Election",
     "Holder",
+    "Leader",
     "Lock",
     "LockLost",
     "NotHeld",

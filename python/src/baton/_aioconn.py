@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 from typing import TYPE_CHECKING
 
@@ -153,58 +154,11 @@ class Conn:
             except TimeoutError:
                 pass
 
-    async def _connect(self) -> socket.socket:
-        """A TCP connection to the address, on a socket of our own: after fork the child
-        closes its copy of it (see forget), which a transport does not let one do."""
-        loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-        err: OSError = OSError(f"{self.addr}: no address")
-        for family, kind, proto, _, addr in infos:
-            sock = socket.socket(family, kind, proto)
-            try:
-                sock.setblocking(False)
-                await loop.sock_connect(sock, addr)
-                return sock
-            except OSError as e:
-                sock.close()
-                err = e
-            except BaseException:
-                sock.close()
-                raise
-        raise err
-
     async def _open(
         self,
     ) -> tuple[socket.socket, asyncio.StreamReader, asyncio.StreamWriter]:
-        ctx = self.client._ssl_context
-        async with asyncio.timeout(self.client._dial_timeout):
-            sock = await self._connect()
-            try:
-                reader, writer = await asyncio.open_connection(
-                    sock=sock,
-                    ssl=ctx,
-                    server_hostname=self.host if ctx is not None else None,
-                    limit=_READ_LIMIT,
-                )
-            except BaseException:
-                sock.close()
-                raise
-        try:
-            secret = self.client._secret
-            if secret is not None:
-                writer.write(request_line("H", secret.encode()))
-                async with asyncio.timeout(self.client._dial_timeout):
-                    line = await reader.readline()
-                if not line.endswith(b"\n"):
-                    raise ConnectionError(f"{self.addr} closed the connection after H")
-                line = line[:-1]
-                err = hello_error(self.addr, parse_answer(line), line)
-                if err is not None:
-                    raise err
-        except BaseException:
-            writer.transport.abort()
-            raise
-        return sock, reader, writer
+        c = self.client
+        return await dial(self.addr, c._dial_timeout, c._ssl_context, c._secret)
 
     async def _serve(
         self, sock: socket.socket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -314,3 +268,59 @@ class Conn:
         sock, self._sock, self._writer = self._sock, None, None
         if sock is not None:
             sock.close()
+
+
+async def _connect(host: str, port: int, addr: str) -> socket.socket:
+    """A TCP connection to the address, on a socket of our own: after fork the child
+    closes its copy of it (see Conn.forget), which a transport does not let one do."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    err: OSError = OSError(f"{addr}: no address")
+    for family, kind, proto, _, sa in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, sa)
+            return sock
+        except OSError as e:
+            sock.close()
+            err = e
+        except BaseException:
+            sock.close()
+            raise
+    raise err
+
+
+async def dial(
+    addr: str, timeout: float, ctx: ssl.SSLContext | None, secret: str | None
+) -> tuple[socket.socket, asyncio.StreamReader, asyncio.StreamWriter]:
+    """Opens a session to addr: TCP, then the TLS handshake and ``H <secret>`` when
+    configured."""
+    host, port = split_address(addr)
+    async with asyncio.timeout(timeout):
+        sock = await _connect(host, port, addr)
+        try:
+            reader, writer = await asyncio.open_connection(
+                sock=sock,
+                ssl=ctx,
+                server_hostname=host if ctx is not None else None,
+                limit=_READ_LIMIT,
+            )
+        except BaseException:
+            sock.close()
+            raise
+    try:
+        if secret is not None:
+            writer.write(request_line("H", secret.encode()))
+            async with asyncio.timeout(timeout):
+                line = await reader.readline()
+            if not line.endswith(b"\n"):
+                raise ConnectionError(f"{addr} closed the connection after H")
+            line = line[:-1]
+            err = hello_error(addr, parse_answer(line), line)
+            if err is not None:
+                raise err
+    except BaseException:
+        writer.transport.abort()
+        raise
+    return sock, reader, writer

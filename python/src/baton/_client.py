@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from ._conn import Call, ClientClosed, Conn, ConnDown
+from ._conn import Call, ClientClosed, Conn, ConnDown, dial
 from ._core import (
     ClientBase,
     NoAnswer,
@@ -19,6 +22,9 @@ from ._core import (
     Pool,
     Result,
     Retry,
+    WatchLiveness,
+    WatchLoop,
+    WatchMoved,
     acquire_policy,
     dial_wait,
     extend_policy,
@@ -41,12 +47,18 @@ from ._protocol import (
     holder_from_answer,
     lease_ms,
     members_from_answer,
+    parse_answer,
     pool_addresses,
     release_result,
     request_line,
 )
 
+if TYPE_CHECKING:
+    from ._election import Election
+
 __all__ = ["Client", "Holder"]
+
+_WATCH_TICK = 0.1  # how often a watch waiting for a line looks at the clock
 
 
 class Client(ClientBase):
@@ -415,3 +427,101 @@ class Client(ClientBase):
         """The committed state of key: None when free, else a Holder."""
         res = self._exchange("Q", key, request_line("Q", check_key(key)), query_policy())
         return holder_from_answer(key, res.answer)
+
+    # --- watch and election (protocol 1.4) ---------------------------------
+
+    def watch(self, key: str) -> Generator[Holder | None, None, None]:
+        """Watches the holders of key (``W``, protocol 1.4): yields the key's committed
+        state at once (None when free, else a Holder), then its state after each commit
+        that changes its holders, in commit order. An extend is not a change.
+
+        The watch runs on a connection of its own, on the node that leads the key. After
+        ``MOVED`` or a lost connection it is started again, on the leader, and yields the
+        state it finds there (changes in between may be folded into it); while no node
+        serves it, it retries with a backoff up to 1 s and yields nothing. Leaving the
+        loop (or ``close()`` on the iterator) sends ``U`` and closes the connection. The
+        iteration ends when the client is closed; it raises AuthError when a server
+        refuses the secret, and ServerError for an ERR other than unavailable or
+        overloaded (``badrequest`` from a server before 1.4).
+        """
+        wl = WatchLoop(key)
+        self._check_fork()
+        if self._closed:
+            raise ClientClosed("client closed")
+        return self._watch(wl)
+
+    def _watch_addrs(self) -> list[str]:
+        with self._mu:
+            return [c.addr for c in self._pool.live()] or list(self._addresses)
+
+    def _watch(self, wl: WatchLoop) -> Generator[Holder | None, None, None]:
+        while not self._closing.is_set():
+            addr = wl.next_addr(self._preferred, self._watch_addrs())
+            try:
+                sock, rest = dial(addr, self._dial_timeout, self._ssl_context, self._secret)
+            except Exception as e:
+                err: BaseException = e
+            else:
+                try:
+                    yield from self._watch_on(wl, sock, rest)
+                    return  # the client was closed
+                except Exception as e:
+                    err = e
+            if isinstance(err, WatchMoved):
+                self._on_moved(err.addr)
+            pause = wl.ended(err)
+            if pause > 0 and self._closing.wait(pause):
+                return
+
+    def _watch_on(
+        self, wl: WatchLoop, sock: socket.socket, buf: bytes
+    ) -> Generator[Holder | None, None, None]:
+        """Runs the watch on one session until it ends there (raises why) or the client is
+        closed (returns). Closing the generator sends U and closes the connection."""
+        try:
+            sock.settimeout(_WATCH_TICK)
+            sock.sendall(wl.watch_line)
+            live = WatchLiveness(time.monotonic())
+            while True:
+                while True:
+                    i = buf.find(b"\n")
+                    if i < 0:
+                        break
+                    line, buf = buf[:i], buf[i + 1 :]
+                    if not line.strip():
+                        continue
+                    is_state, st = wl.state(parse_answer(line))
+                    if is_state:
+                        yield st
+                if len(buf) > 64 * 1024:
+                    raise ConnectionError("answer line too long")
+                if self._closing.is_set():
+                    return
+                try:
+                    data = sock.recv(65536)
+                except (TimeoutError, BlockingIOError):
+                    data = None
+                now = time.monotonic()
+                if data is not None:
+                    if not data:
+                        raise ConnectionError("the server closed the watch's connection")
+                    live.read(now)
+                    buf += data
+                elif live.tick(now):
+                    sock.sendall(wl.probe_line)
+        except GeneratorExit:
+            with contextlib.suppress(OSError):
+                sock.settimeout(1.0)
+                sock.sendall(wl.unwatch_line)
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def election(self, key: str, *, lease: float) -> Election:
+        """The leader election on key, whose leaders hold its lock with a lease of
+        ``lease`` seconds (kept alive while they lead: a leader that dies is replaced
+        within about a lease)."""
+        from ._election import Election
+
+        return Election(self, key, lease)

@@ -37,7 +37,17 @@ from ._protocol import HEARTBEAT_KEY, Answer, parse_answer, request_line, split_
 if TYPE_CHECKING:
     from ._client import Client
 
-__all__ = ["DIALING", "DOWN", "UP", "Call", "ClientClosed", "Conn", "ConnDown", "ConnectionLost"]
+__all__ = [
+    "DIALING",
+    "DOWN",
+    "UP",
+    "Call",
+    "ClientClosed",
+    "Conn",
+    "ConnDown",
+    "ConnectionLost",
+    "dial",
+]
 
 REDIAL_INTERVAL = 3.0
 MIN_REDIAL_GAP = 0.1
@@ -179,32 +189,8 @@ class Conn:
                 interval = MIN_REDIAL_GAP
 
     def _open(self) -> tuple[socket.socket, bytes]:
-        timeout = self.client._dial_timeout
-        sock = socket.create_connection((self.host, self.port), timeout=timeout)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            ctx = self.client._ssl_context
-            if ctx is not None:
-                sock = ctx.wrap_socket(sock, server_hostname=self.host)
-            rest = b""
-            secret = self.client._secret
-            if secret is not None:
-                sock.sendall(request_line("H", secret.encode()))
-                buf = b""
-                while b"\n" not in buf:
-                    chunk = sock.recv(4096)
-                    if not chunk:
-                        raise ConnectionError(f"{self.addr} closed the connection after H")
-                    buf += chunk
-                line, _, rest = buf.partition(b"\n")
-                err = hello_error(self.addr, parse_answer(line), line)
-                if err is not None:
-                    raise err
-            sock.setblocking(False)
-            return sock, rest
-        except BaseException:
-            sock.close()
-            raise
+        c = self.client
+        return dial(self.addr, c._dial_timeout, c._ssl_context, c._secret)
 
     def _serve(self, sock: socket.socket, rest: bytes) -> None:
         with self._mu:
@@ -346,3 +332,34 @@ class Conn:
                 sock.close()
             except OSError:
                 pass
+
+
+def dial(
+    addr: str, timeout: float, ctx: ssl.SSLContext | None, secret: str | None
+) -> tuple[socket.socket, bytes]:
+    """Opens a session to addr: TCP, then the TLS handshake and ``H <secret>`` when
+    configured. Returns the socket, non-blocking, and what was read after the hello."""
+    host, port = split_address(addr)
+    sock = socket.create_connection((host, port), timeout=timeout)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ctx is not None:
+            sock = ctx.wrap_socket(sock, server_hostname=host)
+        rest = b""
+        if secret is not None:
+            sock.sendall(request_line("H", secret.encode()))
+            buf = b""
+            while b"\n" not in buf:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    raise ConnectionError(f"{addr} closed the connection after H")
+                buf += chunk
+            line, _, rest = buf.partition(b"\n")
+            err = hello_error(addr, parse_answer(line), line)
+            if err is not None:
+                raise err
+        sock.setblocking(False)
+        return sock, rest
+    except BaseException:
+        sock.close()
+        raise

@@ -20,17 +20,29 @@ from ._protocol import (
     ANSWER_TIMEOUT,
     BACKOFF_MAX,
     BACKOFF_MIN,
+    HEARTBEAT_KEY,
     MAX_CONNS,
     MOVED_HOPS,
     RELEASE_RETRY,
     RELEASE_WINDOW,
     UNAVAILABLE_WINDOW,
+    WATCH_PROBE_AFTER,
+    WATCH_RETRY_FIRST,
+    WATCH_RETRY_MAX,
+    WATCH_STALL,
     AcquireRequest,
     Answer,
+    Holder,
+    Leader,
+    check_key,
     check_owner_prefix,
     check_secret,
+    holder_from_answer,
+    leader_of,
+    lease_ms,
     parse_addresses,
     pool_addresses,
+    request_line,
 )
 
 DIALING, UP, DOWN = 0, 1, 2
@@ -336,6 +348,151 @@ def dial_wait(deadline: float | None) -> float:
 
 def is_badrequest(err: BaseException) -> bool:
     return isinstance(err, ServerError) and err.code == "badrequest"
+
+
+class WatchMoved(Exception):
+    """A watch ended with ``W <key> MOVED <addr>``: watch again there."""
+
+    def __init__(self, addr: str) -> None:
+        super().__init__(f"MOVED {addr}")
+        self.addr = addr
+
+
+class WatchLoop:
+    """The decisions of one watch (W and U, protocol 1.4), without I/O: where to watch
+    next, what a line means, how long to pause after the watch ended on a node.
+
+    A watch runs on a connection of its own. When its node stops leading the key (MOVED)
+    or the connection is lost, it is started again (on the node MOVED named, else the
+    node that last said it leads, then each address in turn), with a backoff from 50 ms
+    doubling to 1 s while it fails; the first state on the new node is always yielded.
+    """
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.kraw = check_key(key)
+        self.watch_line = request_line("W", self.kraw)
+        self.unwatch_line = request_line("U", self.kraw)
+        self.probe_line = request_line("Q", HEARTBEAT_KEY)
+        self.to: str | None = None  # the node MOVED named
+        self.turn = 0
+        self.backoff = WATCH_RETRY_FIRST
+        self.served = False  # the current session yielded a state
+
+    def next_addr(self, preferred: str | None, addrs: Sequence[str]) -> str:
+        """The node to watch on next: the one MOVED named, else (on the first try) the
+        preferred one, else each address in turn."""
+        turn, self.turn = self.turn, self.turn + 1
+        self.served = False
+        if self.to is not None:
+            addr, self.to = self.to, None
+            return addr
+        if turn == 0 and preferred is not None:
+            return preferred
+        uniq = list(dict.fromkeys(addrs))
+        return uniq[turn % len(uniq)]
+
+    def state(self, ans: Answer) -> tuple[bool, Holder | None]:
+        """What a line read on the watch's connection means: (True, the state) for a state
+        line, (False, None) for a line to skip (U's OK, a heartbeat's answer). Raises
+        WatchMoved, AuthError, or ServerError for ERR."""
+        if ans.op == "H" and ans.status == "ERR" and ans.values[:1] == ["auth"]:
+            raise AuthError("the server refused the secret (H)")
+        if ans.op != "W" or ans.key != self.key:
+            return False, None
+        if ans.status == "MOVED" and ans.values:
+            raise WatchMoved(ans.values[0])
+        if ans.status == "ERR":
+            raise ServerError(ans.values[0] if ans.values else "", ans.text)
+        st = holder_from_answer(self.key, ans)
+        self.served = True
+        return True, st
+
+    def ended(self, err: BaseException) -> float:
+        """The watch ended on its node with err: the pause before the next try (raises err
+        when it is not worth another: a refused secret, an ERR other than unavailable or
+        overloaded, say badrequest from a server before 1.4)."""
+        if isinstance(err, WatchMoved):
+            self.to = err.addr
+            self.backoff = WATCH_RETRY_FIRST
+            return 0.0
+        if isinstance(err, AuthError):
+            raise err
+        if isinstance(err, ServerError) and err.code not in ("unavailable", "overloaded"):
+            raise err
+        if self.served:
+            self.backoff = WATCH_RETRY_FIRST
+        d = self.backoff
+        self.backoff = min(2 * self.backoff, WATCH_RETRY_MAX)
+        return d
+
+
+class WatchLiveness:
+    """Whether a watch's node still answers: after WATCH_PROBE_AFTER without a byte a
+    heartbeat (``Q``) goes out, and with nothing back within WATCH_STALL the connection
+    counts as lost (a node cut off or paused would otherwise leave the watch silent)."""
+
+    def __init__(self, now: float) -> None:
+        self.last_read = now
+        self.probe_at: float | None = None
+
+    def read(self, now: float) -> None:
+        self.last_read = now
+        self.probe_at = None
+
+    def tick(self, now: float) -> bool:
+        """True: send a heartbeat now. Raises ConnectionError once the node is silent."""
+        if self.probe_at is None:
+            if now - self.last_read >= WATCH_PROBE_AFTER:
+                self.probe_at = now
+                return True
+            return False
+        if now - self.probe_at >= WATCH_STALL:
+            raise ConnectionError(
+                f"watch: nothing read for {now - self.last_read:.1f}s, not even a heartbeat"
+            )
+        return False
+
+
+class ElectionBase:
+    """Leader election on one key, sync or asyncio: the leader is the holder of the key's
+    lock, and its value is the owner its acquire named."""
+
+    def __init__(self, key: str, lease: float) -> None:
+        check_key(key)
+        lease_ms(lease)
+        self._key = key
+        self._lease = lease
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def lease(self) -> float:
+        return self._lease
+
+    def __repr__(self) -> str:
+        mod = type(self).__module__
+        mod = "baton" if mod.startswith("baton._") else mod
+        return f"<{mod}.Election key={self._key!r} lease={self._lease}>"
+
+
+class LeaderFilter:
+    """observe's mapping of watched states to leaders: consecutive duplicates (a leader
+    seen again after the watch started anew) are dropped."""
+
+    def __init__(self) -> None:
+        self._first = True
+        self._last: Leader | None = None
+
+    def feed(self, state: Holder | None) -> tuple[bool, Leader | None]:
+        """(whether to yield, the leader)."""
+        ld = leader_of(state)
+        if not self._first and ld == self._last:
+            return False, ld
+        self._first, self._last = False, ld
+        return True, ld
 
 
 class ClientBase:

@@ -29,6 +29,10 @@ MAX_CONNS = 64
 DEFAULT_DIAL_TIMEOUT = 5.0
 REFRESH_INTERVAL = 30.0  # the address list is refreshed from C - this often
 ANSWER_TIMEOUT = 5.0  # C - (members, refresh) waits this long for its answer
+WATCH_RETRY_FIRST = 0.05  # a watch that lost its node tries again after this...
+WATCH_RETRY_MAX = 1.0  # ...doubling up to this
+WATCH_PROBE_AFTER = 5.0  # a watch connection quiet this long gets a heartbeat (Q)...
+WATCH_STALL = 5.0  # ...and counts as lost when nothing at all comes back this long after it
 
 
 def _valid_field(raw: bytes, limit: int) -> bool:
@@ -195,6 +199,23 @@ def holder_from_answer(key: str, ans: Answer) -> Holder | None:
     if ans.status == "SHARED" and len(ans.values) >= 2:
         return Holder(None, None, None, int(ans.values[0]), int(ans.values[1]))
     raise BatonError(f"query {key}: unexpected answer {ans.status}")
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """Who leads an election: the value its leader campaigned with (the owner of its
+    grant) and the grant's fencing token."""
+
+    value: str
+    token: int
+
+
+def leader_of(state: Holder | None) -> Leader | None:
+    """The leader a key's state says: None when free (or held shared, which no campaign
+    does)."""
+    if state is None or state.token is None:
+        return None
+    return Leader(state.owner or "", state.token)
 
 
 def members_from_answer(ans: Answer) -> list[str]:

@@ -20,18 +20,23 @@ import contextlib
 import os
 import ssl
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncGenerator, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ._aioconn import Call, Conn, ConnDown
+from ._aioconn import Call, Conn, ConnDown, dial
 from ._core import (
     ClientBase,
+    ElectionBase,
+    LeaderFilter,
     NoAnswer,
     Policy,
     Pool,
     Result,
     Retry,
+    WatchLiveness,
+    WatchLoop,
+    WatchMoved,
     acquire_policy,
     dial_wait,
     extend_policy,
@@ -58,12 +63,15 @@ from ._protocol import (
     AcquireRequest,
     Answer,
     Holder,
+    Leader,
     check_extend_answer,
     check_key,
     granted_token,
     holder_from_answer,
+    leader_of,
     lease_ms,
     members_from_answer,
+    parse_answer,
     pool_addresses,
     release_result,
     request_line,
@@ -74,7 +82,9 @@ __all__ = [
     "AuthError",
     "BatonError",
     "Client",
+    "Election",
     "Holder",
+    "Leader",
     "Lock",
     "LockLost",
     "NotHeld",
@@ -83,6 +93,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_WATCH_TICK = 0.25  # how often a watch waiting for a line looks at the clock
 
 
 class Client(ClientBase):
@@ -467,6 +479,137 @@ class Client(ClientBase):
         """The committed state of key: None when free, else a Holder."""
         res = await self._exchange("Q", key, request_line("Q", check_key(key)), query_policy())
         return holder_from_answer(key, res.answer)
+
+    # --- watch and election (protocol 1.4) ---------------------------------
+
+    def watch(self, key: str) -> AsyncGenerator[Holder | None, None]:
+        """Watches the holders of key (``W``, protocol 1.4): ``async for`` gets the key's
+        committed state at once (None when free, else a Holder), then its state after each
+        commit that changes its holders, in commit order. An extend is not a change.
+
+        The watch runs on a connection of its own, on the node that leads the key. After
+        ``MOVED`` or a lost connection it is started again, on the leader, and yields the
+        state it finds there (changes in between may be folded into it); while no node
+        serves it, it retries with a backoff up to 1 s and yields nothing. ``aclose()``
+        (or leaving ``async for``: then when the generator is finalized; wrap it in
+        ``contextlib.aclosing`` to end it at once) sends ``U`` and closes the connection.
+        The iteration ends when the client is closed; it raises AuthError when a server
+        refuses the secret, and ServerError for an ERR other than unavailable or
+        overloaded (``badrequest`` from a server before 1.4).
+        """
+        wl = WatchLoop(key)
+        self._check_fork()
+        if self._closed:
+            raise ClientClosed("client closed")
+        return self._watch(wl)
+
+    async def _watch(self, wl: WatchLoop) -> AsyncGenerator[Holder | None, None]:
+        self._start()
+        while not self._closed:
+            addrs = [c.addr for c in self._pool.live()] or list(self._addresses)
+            addr = wl.next_addr(self._pool.preferred, addrs)
+            try:
+                _, reader, writer = await dial(
+                    addr, self._dial_timeout, self._ssl_context, self._secret
+                )
+            except Exception as e:
+                err: BaseException = e
+            else:
+                try:
+                    # aclosing: closing this generator closes the session's (which sends U).
+                    async with contextlib.aclosing(self._watch_on(wl, reader, writer)) as it:
+                        async for st in it:
+                            yield st
+                    return  # the client was closed
+                except Exception as e:
+                    err = e
+            if isinstance(err, WatchMoved):
+                self._on_moved(err.addr)
+            pause = wl.ended(err)
+            if pause > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(pause):
+                        await self._closing_ev.wait()
+
+    async def _watch_on(
+        self, wl: WatchLoop, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> AsyncGenerator[Holder | None, None]:
+        """Runs the watch on one session until it ends there (raises why) or the client is
+        closed (returns). Closing the generator sends U and closes the connection."""
+        try:
+            writer.write(wl.watch_line)
+            live = WatchLiveness(time.monotonic())
+            while not self._closed:
+                try:
+                    async with asyncio.timeout(_WATCH_TICK):
+                        line = await reader.readuntil(b"\n")
+                except TimeoutError:
+                    if live.tick(time.monotonic()):
+                        writer.write(wl.probe_line)
+                    continue
+                except asyncio.IncompleteReadError:
+                    raise ConnectionError("the server closed the watch's connection") from None
+                except asyncio.LimitOverrunError:
+                    raise ConnectionError("answer line too long") from None
+                live.read(time.monotonic())
+                line = line[:-1]
+                if not line.strip():
+                    continue
+                is_state, st = wl.state(parse_answer(line))
+                if is_state:
+                    yield st
+        except GeneratorExit:
+            with contextlib.suppress(Exception):
+                writer.write(wl.unwatch_line)
+            raise
+        finally:
+            writer.close()  # sends what is buffered (U), then closes
+
+    def election(self, key: str, *, lease: float) -> Election:
+        """The leader election on key, whose leaders hold its lock with a lease of
+        ``lease`` seconds (kept alive while they lead: a leader that dies is replaced
+        within about a lease)."""
+        return Election(self, key, lease)
+
+
+class Election(ElectionBase):
+    """Leader election on one key (the sync ``baton.Election``'s behaviour, with
+    coroutines): the leader is the holder of the key's lock, and its value is the owner
+    its acquire named. The leader's lock is kept alive; its ``lost`` and
+    ``ensure_held()`` tell when leadership is lost. Made by ``Client.election``."""
+
+    def __init__(self, client: Client, key: str, lease: float) -> None:
+        super().__init__(key, lease)
+        self._client = client
+
+    async def campaign(self, value: str, *, wait: float | None = None) -> Lock:
+        """Waits until this candidate leads (for ever with ``wait=None``, else at most
+        ``wait`` seconds: AcquireTimeout) and returns its leadership: a lock of the key
+        with ``value`` as its owner, kept alive (a task). ``release()`` resigns, and the
+        next candidate in line leads. Cancelled, it leaves nothing held."""
+        lk = await self._client.acquire(self._key, lease=self._lease, wait=wait, owner=value)
+        lk.keep_alive()
+        return lk
+
+    async def leader(self) -> Leader | None:
+        """Who leads now (committed), or None when nobody does."""
+        return leader_of(await self._client.query(self._key))
+
+    def observe(self) -> AsyncGenerator[Leader | None, None]:
+        """``async for`` gets who leads now, then each change of leader, None when nobody
+        leads. A leader seen again after the watch was started anew is not yielded twice
+        in a row. ``aclose()`` ends the watch under it."""
+        return self._observe(self._client.watch(self._key))
+
+    async def _observe(
+        self, states: AsyncGenerator[Holder | None, None]
+    ) -> AsyncGenerator[Leader | None, None]:
+        flt = LeaderFilter()
+        async with contextlib.aclosing(states) as it:
+            async for st in it:
+                send, ld = flt.feed(st)
+                if send:
+                    yield ld
 
 
 class Lock(LockBase):
