@@ -21,6 +21,14 @@ const (
 	watchRetryMax   = time.Second
 )
 
+// watchSilence is how long a watch's connection may stay silent before
+// the watch asks its node whether it is still there (a query of
+// HeartbeatKey), and then how long the node has to answer before the
+// watch counts the connection as lost and starts again elsewhere: a node
+// that was paused or cut off sends nothing, and would leave the watch
+// silent until TCP gives up.
+var watchSilence = 5 * time.Second
+
 // Watch watches the holders of key (protocol 1.4). The channel gets the
 // key's committed state at once, then its state after each commit that
 // changes its holders, in commit order: every grant's token appears (in
@@ -143,14 +151,29 @@ func (cl *Client) watchConn(ctx context.Context, nc net.Conn, lr *codec.LineRead
 		return "", false, err
 	}
 	var r codec.Response
+	asked := false // a heartbeat was sent after a silence
 	for {
 		line, err := lr.Next()
 		if err != nil {
 			return "", served, err
 		}
 		if line == nil {
+			_ = nc.SetReadDeadline(time.Now().Add(watchSilence))
 			n, err := nc.Read(lr.Free())
 			lr.Filled(n)
+			var ne net.Error
+			switch {
+			case err == nil || n > 0:
+				asked = false
+			case ctx.Err() != nil:
+				return "", served, ctx.Err()
+			case errors.As(err, &ne) && ne.Timeout() && !asked:
+				asked = true
+				if _, err := nc.Write(codec.AppendRequest(nil, &codec.Request{Op: codec.OpQuery, Key: []byte(HeartbeatKey)})); err != nil {
+					return "", served, err
+				}
+				continue
+			}
 			if err != nil {
 				return "", served, err
 			}

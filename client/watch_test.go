@@ -211,3 +211,45 @@ func waitQueued(t *testing.T, n *harness.Node) {
 		}
 	}
 }
+
+// TestWatchSilentNode: the node of a watch stops answering without closing
+// the connection (paused); the watch asks it (a heartbeat query) after a
+// silence, counts the connection as lost when nothing comes back either,
+// and goes on on another node, where a change shows.
+func TestWatchSilentNode(t *testing.T) {
+	old := watchSilence
+	watchSilence = 300 * time.Millisecond
+	t.Cleanup(func() { watchSilence = old })
+	s, other := startFake(t), startFake(t)
+	s.hung.Store(true) // it answers no heartbeat
+	c := newTestClientWith(t, []string{s.addr(), other.addr()}, WithFixedAddresses())
+	ctx := ctxFor(t, 20*time.Second)
+	c.mu.Lock()
+	c.preferred = s.addr()
+	c.mu.Unlock()
+	ch, err := c.Watch(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := s.next()
+	if first.text != "W k" {
+		t.Fatalf("first request %q, want W k", first.text)
+	}
+	reply(t, first.nc, "W k FREE")
+	if st := nextState(t, ch, 5*time.Second); st.Held {
+		t.Fatalf("first state %+v", st)
+	}
+	// s goes silent: the watch sends its heartbeat there (answered by
+	// nobody), then starts again on the other node.
+	moved := other.next()
+	if moved.text != "W k" {
+		t.Fatalf("on the other node: %q, want W k", moved.text)
+	}
+	if n := s.heartbeatCounts()[first.nc]; n != 1 {
+		t.Errorf("%d heartbeats sent to the silent node, want 1", n)
+	}
+	reply(t, moved.nc, "W k HELD 9 1000 o")
+	if st := nextState(t, ch, 5*time.Second); st.Token != 9 {
+		t.Fatalf("state on the other node %+v, want token 9", st)
+	}
+}
