@@ -587,11 +587,17 @@ func (cl *Client) Query(ctx context.Context, key string) (State, error) {
 	if err != nil {
 		return State{}, opErr("query", key, err)
 	}
-	switch ans.status {
+	return stateOf(ans.status, ans.token, ans.remainingMs, ans.owner, ans.holders, ans.permits), nil
+}
+
+// stateOf is the State an answer of Q or a line of W says (HELD, SHARED
+// or FREE), from its fields.
+func stateOf(status codec.Status, token, remainingMs uint64, owner string, holders, permits uint64) State {
+	switch status {
 	case codec.StatusHeld:
-		return State{Held: true, Token: ans.token, Remaining: time.Duration(ans.remainingMs) * time.Millisecond, Owner: ans.owner, Holders: 1, Permits: 1}, nil
+		return State{Held: true, Token: token, Remaining: time.Duration(remainingMs) * time.Millisecond, Owner: owner, Holders: 1, Permits: 1}
 	case codec.StatusShared:
-		return State{Holders: int(ans.holders), Permits: int(ans.permits)}, nil
+		return State{Holders: int(holders), Permits: int(permits)}
 	}
-	return State{}, nil
+	return State{}
 }

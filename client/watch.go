@@ -193,20 +193,9 @@ func (cl *Client) watchConn(ctx context.Context, nc net.Conn, lr *codec.LineRead
 		}
 		served = true
 		select {
-		case ch <- stateOf(&r):
+		case ch <- stateOf(r.Status, r.Token, r.RemainingMs, string(r.Owner), r.Holders, r.Permits):
 		case <-ctx.Done():
 			return "", served, ctx.Err()
 		}
 	}
-}
-
-// stateOf is the State a Q or W answer says (HELD, SHARED or FREE).
-func stateOf(r *codec.Response) State {
-	switch r.Status {
-	case codec.StatusHeld:
-		return State{Held: true, Token: r.Token, Remaining: time.Duration(r.RemainingMs) * time.Millisecond, Owner: string(r.Owner), Holders: 1, Permits: 1}
-	case codec.StatusShared:
-		return State{Holders: int(r.Holders), Permits: int(r.Permits)}
-	}
-	return State{}
 }

@@ -15,11 +15,9 @@ package chaos
 // later start (a kill, a restart-all) is `--id N --data DIR` alone.
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -359,18 +357,7 @@ func memberRequest(addrs []string, args string, within time.Duration, final func
 // memberOnce sends "M - <args>" on a fresh connection to addr and returns
 // the answer's fields after "M -".
 func memberOnce(addr, args string, timeout time.Duration) ([]string, error) {
-	nc, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	if err := nc.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return nil, err
-	}
-	if _, err := nc.Write([]byte("M - " + args + "\n")); err != nil {
-		return nil, err
-	}
-	line, err := bufio.NewReader(nc).ReadString('\n')
+	line, err := askLine(addr, "M - "+args, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", addr, err)
 	}

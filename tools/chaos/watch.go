@@ -125,7 +125,7 @@ func (w *Watchers) addr(turn int) string {
 // faults.
 func (w *Watchers) refresh(tried string) {
 	for _, a := range append([]string{tried}, w.snapshotAddrs()...) {
-		if list := askLine(a, "C -"); strings.HasPrefix(list, "C - OK ") {
+		if list, err := askLine(a, "C -", 2*time.Second); err == nil && strings.HasPrefix(list, "C - OK ") {
 			w.mu.Lock()
 			w.addrs = strings.Split(strings.TrimPrefix(list, "C - OK "), ",")
 			w.mu.Unlock()
@@ -197,20 +197,22 @@ func (w *Watchers) session(key, addr string) WatchSession {
 	}
 }
 
-// askLine sends one line to addr on a connection of its own and returns
-// the answer ("" when there is none).
-func askLine(addr, line string) string {
-	c, err := net.DialTimeout("tcp", addr, watchDial)
+// askLine sends one line to addr on a connection of its own (dialled
+// within a second) and returns its answer, all within timeout.
+func askLine(addr, line string, timeout time.Duration) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
-		return ""
+		return "", err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte(line + "\n")); err != nil {
-		return ""
+	if err := c.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return "", err
 	}
-	answer, _ := bufio.NewReader(c).ReadString('\n')
-	return strings.TrimSpace(answer)
+	if _, err := c.Write([]byte(line + "\n")); err != nil {
+		return "", err
+	}
+	answer, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(answer), err
 }
 
 // CheckWatches holds the sessions to the history's grants (the tokens of

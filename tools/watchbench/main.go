@@ -29,6 +29,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/baton-dev/baton/bench"
 	"github.com/baton-dev/baton/codec"
 )
 
@@ -193,21 +194,15 @@ func pct(ds []time.Duration, p int) time.Duration {
 	return s[min(len(s)-1, len(s)*p/100)]
 }
 
-// rss is the resident set of process pid in bytes (0 when pid is 0 or
-// unreadable).
+// rss is the resident set of process pid in bytes (baton bench's reading
+// of it); 0 when pid is 0 or it cannot be read.
 func rss(pid int) int64 {
 	if pid == 0 {
 		return 0
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	n, err := bench.ProcRSS(pid)()
 	if err != nil {
 		return 0
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	return n
 }
