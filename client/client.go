@@ -39,6 +39,8 @@ const (
 	MaxLease = codec.MaxLeaseMs * time.Millisecond
 	// MaxWait is the longest finite wait.
 	MaxWait = codec.MaxWaitMs * time.Millisecond
+	// MaxPermits is the largest permits of AcquireShared.
+	MaxPermits = codec.MaxPermits
 )
 
 // Special waits of Acquire.
@@ -67,6 +69,7 @@ type options struct {
 	refreshInterval time.Duration
 	refreshGap      time.Duration
 	memberWindow    time.Duration // MemberWindow; tests shorten it
+	versionWindow   time.Duration // versionWindow (exchange.go); tests shorten it
 }
 
 // WithDialTimeout bounds each dial (default DefaultDialTimeout).
@@ -124,9 +127,11 @@ func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) O
 //   - MOVED: the request goes to the named node (dialled if it is new), and
 //     that node becomes the preferred one for all requests;
 //   - ERR unavailable: retried with a growing backoff (up to a second)
-//     until the context ends, on another node than the one that said it
-//     (a node cut off from the others knows no leader while they have
-//     elected one);
+//     until the context ends (an acquire's wait too: the error then
+//     matches ErrTimeout and says what the last answer was), on another
+//     node than the one that said it (a node cut off from the others
+//     knows no leader while they have elected one); AcquireShared says
+//     how it treats a cluster whose version is too low for it;
 //   - any other ERR: returned as a *ServerError;
 //   - a server that refuses the secret (see WithSecret): ErrAuth, at once.
 //
@@ -162,7 +167,8 @@ type Client struct {
 // a connection that is still being dialled. Close it when done.
 func New(addrs []string, opts ...Option) (*Client, error) {
 	o := options{dialTimeout: DefaultDialTimeout, redialInterval: RedialInterval, stallTimeout: DefaultStallTimeout,
-		refreshInterval: RefreshInterval, refreshGap: refreshGap, memberWindow: MemberWindow}
+		refreshInterval: RefreshInterval, refreshGap: refreshGap, memberWindow: MemberWindow,
+		versionWindow: versionWindow}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -308,6 +314,65 @@ func ceilMs(d time.Duration) int64 {
 // at the back, unless its earlier attempt still waits there (the server
 // has not noticed yet that the connection failed), whose place it takes.
 func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration, opts ...AcquireOption) (*Lock, error) {
+	return cl.acquire(ctx, acquireOp{name: "acquire", op: codec.OpAcquire}, key, lease, wait, opts)
+}
+
+// AcquireShared asks for one of permits shared holds of key (S, protocol
+// 1.4), with the given lease, waiting at most wait for it; it is Acquire
+// in every other respect: the waits, the context, the owner and its
+// retries, the clean-up of a grant that arrives after the caller gave up,
+// and the *Lock it returns, whose Token, Release, Extend and KeepAlive
+// are those of this one grant.
+//
+// A key is held, at any moment, by nobody, by one exclusive holder
+// (Acquire) or by 1 to permits shared holders (AcquireShared), and one
+// first come, first served queue per key holds both kinds: a shared hold
+// is granted once fewer than permits shared holders and no exclusive one
+// hold the key, an exclusive lock once nobody holds it, and nobody
+// overtakes the head of the queue. So AcquireShared with permits N is a
+// counting semaphore of N (at most N holders at once), and AcquireShared
+// for readers (with a permits larger than the readers can ever be) beside
+// Acquire for the writer is a fair read-write lock. permits is 1 to
+// MaxPermits, and must be the same for every holder and waiter of the
+// key: a permits that differs from theirs is refused with a *ServerError
+// of code "badrequest", and so is an owner (WithOwner) that holds the key
+// exclusively (release it first: no upgrade or downgrade in place).
+//
+// Every shared grant has a token of its own, greater than every token of
+// the key before it, but several hold at once by design: a resource
+// fenced by tokens can take a write only with a token at least as large
+// as every one it has seen, and a read only with one larger than the last
+// write's.
+//
+// The server must be at cluster version 4 (every member running a build
+// with shared holds; baton status shows the version). Below it the server
+// answers ERR unavailable with its reason, which AcquireShared retries as
+// it retries any ERR unavailable (on another node, with backoff: the
+// version is raised one shard at a time, within about a second of each
+// other), but for no longer than 5 seconds, then returns it: an error
+// matching ErrUnsupported and ErrUnavailable, a *ServerError whose Text
+// is the server's reason. When the wait or the context ends first, the
+// error (ErrTimeout, or the context's) matches and says the same. A server
+// from before protocol 1.4, which cannot read S, makes an error matching
+// ErrUnsupported at once.
+func (cl *Client) AcquireShared(ctx context.Context, key string, permits int, lease, wait time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if permits < 1 || permits > MaxPermits {
+		return nil, argError("bad permits %d: want 1 to %d", permits, MaxPermits)
+	}
+	return cl.acquire(ctx, acquireOp{name: "acquire-shared", op: codec.OpShared, permits: uint32(permits)}, key, lease, wait, opts)
+}
+
+// acquireOp is what an acquire asks for: an exclusive lock (A) or one of
+// permits shared holds (S), and its name in errors.
+type acquireOp struct {
+	name    string
+	op      byte
+	permits uint32 // S only
+}
+
+// acquire is Acquire and AcquireShared: everything but the op and its
+// permits is the same.
+func (cl *Client) acquire(ctx context.Context, ao acquireOp, key string, lease, wait time.Duration, opts []AcquireOption) (*Lock, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
@@ -357,19 +422,23 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 	}
 	// Built once: every retry in exchange sends this same request, owner
 	// included.
-	req := codec.Request{Op: codec.OpAcquire, Key: []byte(key), LeaseMs: lms, Owner: owner}
+	req := codec.Request{Op: ao.op, Key: []byte(key), Permits: ao.permits, LeaseMs: lms, Owner: owner}
+	p := policy{prepare: prepare}
+	if ao.op == codec.OpShared {
+		p.versionWindow = cl.opts.versionWindow
+	}
 	// mayBeOld: the caller's owner may hold the key from before this call.
 	mayBeOld := explicit
 	for {
-		ans, err := cl.exchange(ctx, &req, key, policy{prepare: prepare})
+		ans, err := cl.exchange(ctx, &req, key, p)
 		if err != nil {
 			if ans.ambiguous {
 				// An attempt may have been granted without its answer
 				// reaching us (its connection failed, or its node gave up
 				// waiting for the commit): nobody would release it.
-				cl.cleanUpAcquire(key, lms, owner)
+				cl.cleanUpAcquire(&req)
 			}
-			return nil, opErr("acquire", key, acquireError(err))
+			return nil, opErr(ao.name, key, acquireError(err))
 		}
 		switch ans.status {
 		case codec.StatusOK:
@@ -401,14 +470,14 @@ func (cl *Client) Acquire(ctx context.Context, key string, lease, wait time.Dura
 				continue
 			}
 			cl.releaseAbandoned(key, ans.token)
-			return nil, opErr("acquire", key, fmt.Errorf("renewing the lease of token %d: %w", ans.token, acquireError(err)))
+			return nil, opErr(ao.name, key, fmt.Errorf("renewing the lease of token %d: %w", ans.token, acquireError(err)))
 		case codec.StatusTimeout:
 			if ctxLimited {
-				return nil, opErr("acquire", key, fmt.Errorf("%w (%w)", ErrTimeout, context.DeadlineExceeded))
+				return nil, opErr(ao.name, key, fmt.Errorf("%w (%w)", ErrTimeout, context.DeadlineExceeded))
 			}
-			return nil, opErr("acquire", key, ErrTimeout)
+			return nil, opErr(ao.name, key, ErrTimeout)
 		}
-		return nil, opErr("acquire", key, fmt.Errorf("unexpected answer %s", ans.status))
+		return nil, opErr(ao.name, key, fmt.Errorf("unexpected answer %s", ans.status))
 	}
 }
 
@@ -468,15 +537,18 @@ func (cl *Client) release(ctx context.Context, key string, token uint64) error {
 	return nil
 }
 
-// cleanUpAcquire releases, in the background, the grant an acquire that
-// gave up may hold unseen: a try-lock with the acquire's owner gets that
-// grant back if there is one (or takes the key if it is free), and its
-// token is released; retried as a release is, for ReleaseWindow.
-func (cl *Client) cleanUpAcquire(key string, leaseMs uint32, owner []byte) {
+// cleanUpAcquire releases, in the background, the grant an acquire (A or
+// S, acq) that gave up may hold unseen: a try-lock (the same request, not
+// waiting) with the acquire's owner gets that grant back if there is one
+// (or takes the key if it is free), and its token is released; retried
+// as a release is, for ReleaseWindow.
+func (cl *Client) cleanUpAcquire(acq *codec.Request) {
+	req := *acq
+	req.WaitMs = codec.WaitNone
+	key := string(req.Key)
 	cl.inBackground(func() {
 		ctx, cancel := context.WithTimeout(cl.ctx, ReleaseWindow)
 		defer cancel()
-		req := codec.Request{Op: codec.OpAcquire, Key: []byte(key), LeaseMs: leaseMs, WaitMs: codec.WaitNone, Owner: owner}
 		if ans, err := cl.exchange(ctx, &req, key, policy{steady: ReleaseRetryInterval}); err == nil && ans.status == codec.StatusOK {
 			_ = cl.release(cl.ctx, key, ans.token)
 		}

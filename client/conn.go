@@ -316,13 +316,14 @@ func (c *conn) read(nc net.Conn, lr *codec.LineReader) error {
 }
 
 // deliver pairs one answer with the oldest unanswered call of its (op, key),
-// or "? - ERR badrequest" with the oldest C or M (popUnread).
+// or "? - ERR badrequest" with the request the server could not read
+// (popUnread).
 func (c *conn) deliver(r *codec.Response) error {
 	c.mu.Lock()
 	cl := c.pending.pop(r.Op, r.Key)
 	unread := false
 	if cl == nil && r.Op == '?' && r.Status == codec.StatusErr && string(r.Code) == codec.CodeBadRequest {
-		cl = c.pending.popUnread()
+		cl = c.pending.popUnread(r.Text)
 		unread = cl != nil
 	}
 	var closeNC net.Conn // a retired connection that owes nothing more
@@ -348,7 +349,7 @@ func (c *conn) deliver(r *codec.Response) error {
 	}
 	cl.setAnswer(r)
 	cl.unread = unread
-	if !cl.finish() && cl.op == codec.OpAcquire && cl.status == codec.StatusOK {
+	if !cl.finish() && (cl.op == codec.OpAcquire || cl.op == codec.OpShared) && cl.status == codec.StatusOK {
 		// Its caller gave up: nobody will ever use this grant.
 		c.cl.releaseAbandoned(cl.key, cl.token)
 	}

@@ -37,6 +37,11 @@
 // acquire explicitly; an owner names one holder, and two that share one
 // share the lock.
 //
+// AcquireShared (protocol 1.4) takes one of N shared holds of a key
+// instead, each with its own token and Lock: a counting semaphore of N,
+// or, beside Acquire for the writer, the readers' side of a fair
+// read-write lock.
+//
 // Failures are retried where that is safe (see Client and Client.Release);
 // what reaches the caller can be told apart with errors.Is (ErrTimeout,
 // ErrNotHeld, ErrUnavailable, ErrClosed, context errors) and errors.As

@@ -47,11 +47,14 @@ var (
 	// The error is a *ServerError whose Text says why.
 	ErrRefused = errors.New("refused")
 
-	// ErrUnsupported means the server does not know the request: Members
+	// ErrUnsupported means the server does not serve the request: Members
 	// and the membership methods need a server of protocol 1.3, and an
-	// older one answers them "ERR badrequest". The error wraps that
-	// *ServerError.
-	ErrUnsupported = errors.New("not supported by the server (protocol 1.3)")
+	// older one answers them "ERR badrequest"; AcquireShared needs a
+	// server of protocol 1.4 and a cluster at version 4, and is refused
+	// with "ERR badrequest" by an older server and with "ERR unavailable"
+	// by a cluster that is not at version 4 yet. The error wraps that
+	// *ServerError, whose Text says why.
+	ErrUnsupported = errors.New("not supported by the server")
 )
 
 // ServerError is an `ERR <code> <text>` answer that the client does not
@@ -107,8 +110,9 @@ func argError(format string, a ...any) error {
 	return fmt.Errorf("baton: "+format, a...)
 }
 
-// gaveUpError is a request whose context ended while it was being retried:
-// it matches both the context's error and the last failure.
+// gaveUpError is a request whose context (or an acquire's wait) ended
+// while it was being retried: it matches both the context's error (or
+// ErrTimeout) and the last failure.
 type gaveUpError struct {
 	ctxErr error
 	last   error

@@ -90,6 +90,30 @@ func ExampleClient_TryAcquire() {
 	// ... the report ...
 }
 
+// At most 4 encoders at once across the fleet: each takes one of 4 shared
+// holds of the key (a counting semaphore), and the fifth waits, first come,
+// first served, until one of the four releases its hold or its lease runs
+// out. Every caller of the key must ask with the same permits.
+func ExampleClient_AcquireShared() {
+	c, err := client.New([]string{"127.0.0.1:7700"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	hold, err := c.AcquireShared(ctx, "jobs/encode", 4, 30*time.Second, client.WaitForever)
+	if errors.Is(err, client.ErrUnsupported) {
+		log.Fatalf("this cluster has no shared holds yet: %v", err) // not at cluster version 4
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer hold.Release(context.Background()) // this hold only: it carries its own token
+	hold.KeepAlive()
+	// ... encode, stopping when hold.Done() is closed ...
+}
+
 // A job that must find its lock again if it crashes and is started again
 // with the same run id: the owner names this run, so the second start gets
 // the first one's grant back (same token, lease renewed) instead of

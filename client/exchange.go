@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/codec"
@@ -22,6 +23,14 @@ const (
 	// Backoff between retries of ERR unavailable: doubling, with jitter.
 	backoffMin = 25 * time.Millisecond
 	backoffMax = time.Second
+	// versionWindow is how long an S answered "ERR unavailable" because
+	// the cluster's version is below shared holds' (4) is retried, from the
+	// first such answer: the version is raised shard by shard, within
+	// about a second of each other, so a request that races the raise
+	// gets its hold; beyond that the cluster is not there yet (a member
+	// still runs an older build), and waiting, possibly for ever, for an
+	// upgrade is not what an acquire's wait is for.
+	versionWindow = 5 * time.Second
 )
 
 // policy is how a request is retried.
@@ -43,6 +52,18 @@ type policy struct {
 	// unavailable says that nothing was done (no member coordinates
 	// changes right now), and which is better refused than kept waiting.
 	window time.Duration
+	// versionWindow, when positive, bounds how long an ERR unavailable
+	// that says the cluster's version is too low for the request (see
+	// versionRefusal) is retried, from the first such answer; then it is
+	// returned, matching ErrUnsupported. Zero: retried as any other.
+	versionWindow time.Duration
+}
+
+// versionRefusal reports whether se is the server saying that the
+// cluster's version is below what the request needs ("shared holds need
+// cluster version 4 ...").
+func versionRefusal(se *ServerError) bool {
+	return se.Code == codec.CodeUnavailable && strings.Contains(se.Text, "cluster version")
 }
 
 // answer is the outcome of a request.
@@ -75,6 +96,7 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 		hops    int
 		backoff = backoffMin
 		start   = time.Now()
+		refused time.Time // the first versionRefusal answer
 	)
 	// windowOver: p.window has passed since the first attempt.
 	windowOver := func() bool { return p.window > 0 && time.Since(start) > p.window }
@@ -97,7 +119,9 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 		}
 	}
 	fail := func(err error) (answer, error) {
-		if lastErr != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		// The context, or an acquire's wait (prepare's ErrTimeout), ended
+		// while a failure was being retried: say what that failure was.
+		if lastErr != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout)) {
 			err = &gaveUpError{ctxErr: err, last: lastErr}
 		}
 		return ans, err
@@ -202,6 +226,22 @@ func (cl *Client) exchange(ctx context.Context, req *codec.Request, key string, 
 				(se.Code == codec.CodeOverloaded && p.steady > 0)
 			if !retry {
 				return fail(se)
+			}
+			if p.versionWindow > 0 && versionRefusal(se) {
+				// A refusal: nothing was granted, so it leaves
+				// ambiguous as it was.
+				if refused.IsZero() {
+					refused = time.Now()
+				}
+				lastErr = fmt.Errorf("%w: %w", ErrUnsupported, se)
+				if time.Since(refused) >= p.versionWindow {
+					return fail(lastErr)
+				}
+				avoid = c.addr
+				if err := pause(); err != nil {
+					return fail(err)
+				}
+				continue
 			}
 			lastErr = se
 			ans.ambiguous = true

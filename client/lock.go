@@ -12,8 +12,9 @@ import (
 // that could not reach the cluster.
 const keepAliveRetry = 200 * time.Millisecond
 
-// Lock is one grant of a key, as returned by Acquire. Its methods are safe
-// for concurrent use.
+// Lock is one grant of a key, as returned by Acquire (the key's exclusive
+// lock) or AcquireShared (one of its shared holds, with a token of its
+// own). Its methods are safe for concurrent use.
 //
 // The client tracks the lease with its own clock, conservatively: from the
 // moment the acquire (or the last extend) was sent, not from when the

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"sync/atomic"
 
 	"github.com/baton-dev/baton/codec"
@@ -38,7 +39,7 @@ type call struct {
 	value       string // OK of C and M: the rest of the line
 	code, text  string // ERR
 	// unread: the answer was "? - ERR badrequest": the server could not
-	// read the request's op (one from before protocol 1.3).
+	// read the request's op (one from before protocol 1.3, or 1.4 for S).
 	unread bool
 	err    error // the connection failed before the answer came
 }
@@ -147,23 +148,51 @@ func (p *pendingTable) pop(op byte, key []byte) *call {
 	return c
 }
 
-// popUnread removes and returns the oldest unanswered C or M, or nil: the
-// call that an answer "? - ERR badrequest" belongs to. A server from before
-// protocol 1.3 cannot read the op of C and M and answers them so, echoing
-// neither op nor key; every other request the client sends it can read.
-// Such a server answers an unreadable line as soon as it reads it, so the
-// oldest is the one.
-func (p *pendingTable) popUnread() *call {
+// unreadOps are the ops the client sends on its connections that an older
+// server cannot read: C and M (protocol 1.3) and S (1.4).
+var unreadOps = [...]byte{codec.OpCluster, codec.OpMember, codec.OpShared}
+
+// popUnread removes and returns the call that an answer "? - ERR
+// badrequest <text>" belongs to, or nil: the oldest unanswered call of an
+// op the server cannot read. Such a server answers an unreadable line as
+// soon as it reads it, so the oldest is the one, among the ops it cannot
+// read: one from before protocol 1.3 reads none of C, M and S, one of 1.3
+// reads C and M but not S, and its text names the ops it reads ("op must
+// be A, R, K, Q, H, C or M"), which rules those out; a text that names
+// none rules out none.
+func (p *pendingTable) popUnread(text []byte) *call {
+	known := readableOps(text)
 	var oldest *call
-	for _, op := range [...]byte{codec.OpCluster, codec.OpMember} {
-		if q := p.byOp[codec.OpIndex(op)][codec.HelloKey]; q != nil && (oldest == nil || q.head.seq < oldest.seq) {
-			oldest = q.head
+	for _, op := range unreadOps {
+		if known[op] {
+			continue
+		}
+		for _, q := range p.byOp[codec.OpIndex(op)] {
+			if oldest == nil || q.head.seq < oldest.seq {
+				oldest = q.head
+			}
 		}
 	}
 	if oldest == nil {
 		return nil
 	}
 	return p.pop(oldest.op, []byte(oldest.key))
+}
+
+// readableOps is the set of ops an answer "? - ERR badrequest op must be
+// A, R, K, Q, H, C or M" names: those the server reads. It is empty for
+// any other text.
+func readableOps(text []byte) (known [256]bool) {
+	rest, ok := bytes.CutPrefix(text, []byte("op must be "))
+	if !ok {
+		return known
+	}
+	for _, f := range bytes.FieldsFunc(rest, func(r rune) bool { return r == ',' || r == ' ' }) {
+		if len(f) == 1 {
+			known[f[0]] = true
+		}
+	}
+	return known
 }
 
 // len is the number of unanswered calls.
