@@ -61,6 +61,7 @@ type scenarioStep struct {
 	Call        string          `json:"call"`
 	Key         string          `json:"key"`
 	Lease       float64         `json:"lease"`
+	Permits     int             `json:"permits"`
 	Wait        *float64        `json:"wait"`
 	Owner       string          `json:"owner"`
 	Lock        string          `json:"lock"`
@@ -720,7 +721,7 @@ func (r *scRun) startCall(i int, st scenarioStep) *scCall {
 	dur := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 	var fn func() (any, error)
 	switch st.Call {
-	case "acquire":
+	case "acquire", "acquire_shared":
 		wait := WaitForever
 		if st.Wait != nil {
 			wait = dur(*st.Wait)
@@ -732,8 +733,17 @@ func (r *scRun) startCall(i int, st scenarioStep) *scCall {
 		if st.Owner != "" {
 			opts = append(opts, WithOwner(r.subst(st.Owner)))
 		}
+		if st.Call == "acquire_shared" && st.Permits < 1 {
+			t.Fatalf("step %d: acquire_shared needs permits", i)
+		}
 		fn = func() (any, error) {
-			l, err := r.cl.Acquire(ctx, st.Key, dur(st.Lease), wait, opts...)
+			var l *Lock
+			var err error
+			if st.Call == "acquire_shared" {
+				l, err = r.cl.AcquireShared(ctx, st.Key, st.Permits, dur(st.Lease), wait, opts...)
+			} else {
+				l, err = r.cl.Acquire(ctx, st.Key, dur(st.Lease), wait, opts...)
+			}
 			if err == nil && st.ID != "" {
 				r.mu.Lock()
 				r.locks[st.ID] = l
