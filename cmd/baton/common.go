@@ -214,6 +214,10 @@ func notGranted(key string, wait time.Duration, err error) string {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Sprintf("%s was not granted before --timeout: %s", key, strings.TrimPrefix(err.Error(), "baton: "))
+	case errors.Is(err, client.ErrUnavailable):
+		// The wait ran out while the cluster could not serve the acquire
+		// (no leader, a cluster too old for it): nobody need hold the key.
+		return strings.TrimPrefix(err.Error(), "baton: ")
 	case wait < 0:
 		return fmt.Sprintf("%s is held by someone else", key)
 	}

@@ -83,10 +83,22 @@ how to serialize cron jobs and deploys across machines. The acquire names
 an owner, HOST:PID: and random hex digits, so that baton query KEY shows
 which machine and process holds the lock.
 
+With --permits N, baton holds one of N shared holds of KEY instead of its
+exclusive lock (protocol 1.4; the cluster must be at cluster version 4):
+up to N baton lock --permits N on KEY run their commands at once, and the
+next waits, first come, first served, until one of them ends: a counting
+semaphore across machines. Each holder has its own BATON_TOKEN. Every
+holder and waiter of KEY must use the same N (another N is refused).
+Shared holders and the exclusive lock (baton lock without --permits)
+exclude each other: readers with --permits and a large N beside writers
+without it make a fair read-write lock.
+
 Flags:
   --lease DURATION   the lease kept alive while the command runs, 100ms to
                      24h (default 10s). If baton dies, the lock is freed this
                      long after the last extend.
+  --permits N        hold one of N shared holds of KEY, 1 to 1000000; 0 (the
+                     default) holds the exclusive lock
   --wait DURATION    how long to wait for the lock: 0 waits forever, -1 does
                      not wait (try-lock), e.g. 5m (default 0)
   --grace DURATION   after the lock is lost, how long the command has to exit
@@ -104,8 +116,9 @@ baton is still waiting for the lock, SIGINT or SIGTERM gives up (exit 130)
 and the command does not run.
 
 Exit status: the command's status (128+N when signal N ended it);
-75 the lock could not be had (not granted within --wait, or no server could
-be reached), the command did not run; 76 the lock was lost while the command
+75 the lock could not be had (not granted within --wait, no server could
+be reached, or the server refused it: a --permits other than that of KEY's
+holders, a cluster without shared holds), the command did not run; 76 the lock was lost while the command
 ran; 126 the command could not be started; 127 the command was not found;
 2 bad usage; 130 interrupted while waiting for the lock.
 `
@@ -116,6 +129,9 @@ type lockOpts struct {
 	wait  waitFlag
 	grace time.Duration
 	value string // elect: the candidate's value, the owner of its acquire
+	// permits is lock's --permits: one of that many shared holds of the
+	// key (AcquireShared); 0 is the exclusive lock.
+	permits int
 }
 
 // lockFlags defines the flags of baton lock, or of baton elect (name);
@@ -128,6 +144,8 @@ func lockFlags(name string, o *lockOpts, getenv func(string) string) *flag.FlagS
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "")
 	if name == "elect" {
 		fs.StringVar(&o.value, "value", "", "")
+	} else {
+		fs.IntVar(&o.permits, "permits", 0, "")
 	}
 	return fs
 }
@@ -163,6 +181,8 @@ func runHolding(e env, name, usage string, args []string) int {
 		return usageError(e, name, fmt.Errorf("--lease %v: want 100ms to 24h", o.lease))
 	case o.grace < 0:
 		return usageError(e, name, fmt.Errorf("--grace %v: must not be negative", o.grace))
+	case o.permits < 0 || o.permits > client.MaxPermits:
+		return usageError(e, name, fmt.Errorf("--permits %d: want 1 to %d shared holds, or 0 for the exclusive lock", o.permits, client.MaxPermits))
 	case name == "elect" && !codec.ValidOwner([]byte(o.value)):
 		return usageError(e, name, fmt.Errorf("--value %q: want 1 to 64 bytes without spaces or control bytes", o.value))
 	case name == "elect":
@@ -185,7 +205,13 @@ func runHolding(e env, name, usage string, args []string) int {
 		bound = o.wait.d + o.timeout
 	}
 	actx, cancel := limited(e, bound)
-	l, err := c.Acquire(actx, key, o.lease, o.wait.d, acquireOpts...)
+	var l *client.Lock
+	var err error
+	if o.permits > 0 {
+		l, err = c.AcquireShared(actx, key, o.permits, o.lease, o.wait.d, acquireOpts...)
+	} else {
+		l, err = c.Acquire(actx, key, o.lease, o.wait.d, acquireOpts...)
+	}
 	cancel()
 	if err != nil {
 		if e.ctx.Err() != nil {
