@@ -12,30 +12,63 @@ func (s *shard) propose(c sm.Command, o origin) {
 	o.ks.inflight++
 }
 
-// grantHead proposes a Grant for the next waiter if the key is free and no
-// Grant is in flight.
+// grantHead proposes the Grants of the waiters at the head of the key's
+// queue that the key has room for now.
 func (s *shard) grantHead(ks *keyState) {
-	if s.serving && s.holderToken(ks) == 0 {
-		s.handOff(ks)
+	if s.serving {
+		s.grantFitting(ks, 0)
 	}
 }
 
-// handOff puts the next waiter's Grant in the same batch as a command that
-// may free the key, so that a hand-off costs one commit. If the key turns
-// out not to be freed, the Grant is rejected and the waiter keeps its place.
-func (s *shard) handOff(ks *keyState) {
+// handOff puts the Grants of the waiters at the head of the queue in the
+// same batch as a command that may free freeing of the key's holders (1:
+// one grant, which for an exclusive holder is all of them; freeAll), so
+// that a hand-off costs one commit, however many shared waiters the freed
+// room lets in. If the key turns out not to be freed, the Grants are
+// rejected and the waiters keep their places.
+func (s *shard) handOff(ks *keyState, freeing int32) {
+	s.grantFitting(ks, freeing)
+}
+
+// grantFitting proposes a Grant for each waiter at the head of the queue,
+// in order, that fits once freeing of the key's holders are gone: an
+// exclusive acquire when nothing would hold the key, shared ones while
+// fewer than their permits would. It stops at the first that does not
+// fit, which nobody overtakes (FIFO).
+func (s *shard) grantFitting(ks *keyState, freeing int32) {
 	if ks.granting != nil {
-		return
+		return // an exclusive Grant in flight: nothing else fits before it applies
 	}
-	if w := ks.firstQueued(); w != nil {
+	holders, exclusive := s.holdersOf(ks)
+	if holders -= freeing; holders <= 0 {
+		holders, exclusive = 0, false
+	}
+	for w := ks.head; w != nil; w = w.next {
+		if w.state != waitQueued {
+			continue
+		}
+		if w.permits == 0 {
+			if holders == 0 && ks.sharedGranting == 0 {
+				s.proposeGrant(ks, w)
+			}
+			return
+		}
+		if exclusive || holders+ks.sharedGranting >= int32(w.permits) {
+			return
+		}
 		s.proposeGrant(ks, w)
 	}
 }
 
 func (s *shard) proposeGrant(ks *keyState, w *waiter) {
 	w.state = waitGranting
-	ks.granting = w
-	s.propose(sm.Command{Op: sm.OpGrant, Key: bytesOf(ks.key), LeaseMs: w.leaseMs, Owner: bytesOf(w.owner)}, origin{kind: originGrant, ks: ks, w: w})
+	if w.permits != 0 {
+		w.grantingShared = true
+		ks.sharedGranting++
+	} else {
+		ks.granting = w
+	}
+	s.propose(sm.Command{Op: sm.OpGrant, Key: bytesOf(ks.key), LeaseMs: w.leaseMs, Owner: bytesOf(w.owner), Permits: w.permits}, origin{kind: originGrant, ks: ks, w: w})
 }
 
 // takeProposal seals what is pending into a proposal and records it as in

@@ -22,13 +22,14 @@ func (s *shard) addKey(key []byte) *keyState {
 }
 
 // addFound is addKey for a key whose row the caller has looked up: slot,
-// if held. The key's string is the table's bytes when it is held (they
+// if held (Table.Find's: a shared key's header). The key's string is the table's bytes when it is held (they
 // never change: statemachine.Table.Key), so that the release of a held
 // key allocates no copy of it.
 func (s *shard) addFound(key []byte, slot uint32, held bool) *keyState {
 	ks := &keyState{slot: noSlot}
 	if held {
 		ks.slot = int32(slot)
+		_, _, ks.shared = s.table.Shared(slot)
 		b := s.table.Key(slot)
 		ks.key = unsafe.String(unsafe.SliceData(b), len(b))
 	} else {

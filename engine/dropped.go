@@ -31,15 +31,18 @@ func (s *shard) resolveDropped(p *proposal) {
 		s.settle(o)
 		switch o.kind {
 		case originInternal:
-			ks.expiring = false
-			holder := s.holderToken(ks)
-			if holder == o.token {
-				slot := uint32(ks.slot)
+			if o.shared {
+				ks.notExpiring(o.token)
+			} else {
+				ks.expiring = false
+			}
+			slot, held := s.grantSlot(ks, o.token)
+			if held {
 				s.leases.setDeadline(slot, max(s.leases.deadlineOf(slot), now+int64(dropRetry)))
 				s.armLease(slot)
 			}
 			if s.node.tracing {
-				s.trace("internal command dropped", "key", ks.key, "token", o.token, "holder", holder)
+				s.trace("internal command dropped", "key", ks.key, "token", o.token, "holds", held)
 			}
 		case originClient:
 			if !p.failed {
@@ -47,11 +50,9 @@ func (s *shard) resolveDropped(p *proposal) {
 				s.answeredClient(o)
 			}
 		case originGrant:
-			if ks.granting == o.w {
-				ks.granting = nil
-			}
+			ks.grantSettled(o.w)
 			if !p.failed && !o.w.abandoned {
-				s.answerNotServing(o.w.cs, codec.OpAcquire, bytesOf(ks.key))
+				s.answerNotServing(o.w.cs, o.w.op(), bytesOf(ks.key))
 			}
 			s.finish(o.w)
 		}
@@ -76,7 +77,7 @@ func (s *shard) failProposal(p *proposal, code, text string) {
 			s.answeredClient(o)
 		case originGrant:
 			if !o.w.abandoned { // an abandoned waiter was answered already, or is gone
-				s.sendError(o.w.cs, codec.OpAcquire, bytesOf(o.ks.key), code, text)
+				s.sendError(o.w.cs, o.w.op(), bytesOf(o.ks.key), code, text)
 			}
 			o.w.abandoned = true
 			// Answers deferred behind it on its connection go out now, in

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"github.com/baton-dev/baton/codec"
-	sm "github.com/baton-dev/baton/statemachine"
 	"github.com/valyala/bytebufferpool"
 )
 
@@ -67,7 +66,7 @@ type provisionalGrant struct {
 // it a grant for nobody, released (as granted releases one whose client is
 // gone when it lands). mu must be held.
 func (s *shard) sendGrant(w *waiter, token uint64, fresh bool) {
-	r := &codec.Response{Op: codec.OpAcquire, Key: bytesOf(w.ks.key), Status: codec.StatusOK, Token: token}
+	r := &codec.Response{Op: w.op(), Key: bytesOf(w.ks.key), Status: codec.StatusOK, Token: token}
 	var g *provisionalGrant
 	if fresh && !s.ownerWaitsElsewhere(w) {
 		g = &provisionalGrant{s: s, key: w.ks.key, token: token}
@@ -83,7 +82,7 @@ func (s *shard) ownerWaitsElsewhere(w *waiter) bool {
 		return false
 	}
 	for z := w.ks.head; z != nil; z = z.next {
-		if z != w && z.owner == w.owner && z.state == waitQueued {
+		if z != w && z.owner == w.owner && z.permits == w.permits && z.state == waitQueued {
 			return true
 		}
 	}
@@ -102,22 +101,19 @@ func (s *shard) releaseProvisional(g provisionalGrant) {
 	}
 	ks := s.keys[g.key]
 	if ks == nil {
-		slot, held := s.table.Find([]byte(g.key))
-		if !held || s.table.Token(slot) != g.token {
+		if _, held := s.table.Grant(bytesOf(g.key), g.token); !held {
 			return
 		}
-		ks = s.addFound([]byte(g.key), slot, held)
+		ks = s.addKey(bytesOf(g.key))
 	}
-	if s.holderToken(ks) != g.token {
+	if _, held := s.grantSlot(ks, g.token); !held {
 		s.forgetIfIdle(ks)
 		return
 	}
 	if s.node.tracing {
 		s.trace("grant for a client that reset: released", "key", ks.key, "token", g.token)
 	}
-	s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: g.token}, origin{kind: originInternal, ks: ks, token: g.token})
-	s.handOff(ks)
-	s.node.metrics.abandonedReleased.Inc()
+	s.giveBack(ks, g.token)
 	s.kickIfPending()
 }
 

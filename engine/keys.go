@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/baton-dev/baton/codec"
+
 // waiterState is where an acquire stands.
 type waiterState uint8
 
@@ -27,7 +29,13 @@ type waiter struct {
 	ks      *keyState
 	owner   string // protocol 1.1 owner; "" for none
 	leaseMs uint32
+	// permits: 0 for an exclusive acquire (A); for a shared one (S,
+	// protocol 1.4) the key's permits.
+	permits uint32
 	tryLock bool
+	// grantingShared: w is a shared acquire whose Grant is in flight,
+	// counted in its key's sharedGranting.
+	grantingShared bool
 	// abandoned: the client stopped waiting (its connection closed or its
 	// wait ran out) while the waiter's Grant was in flight; if the Grant
 	// succeeds, the lock is released at once.
@@ -51,6 +59,14 @@ type waiter struct {
 type deferredAnswer struct {
 	err   error
 	token uint64
+}
+
+// op is the request w answers: A, or S for a shared acquire.
+func (w *waiter) op() byte {
+	if w.permits != 0 {
+		return codec.OpShared
+	}
+	return codec.OpAcquire
 }
 
 // live reports whether w still waits for its answer to be decided.
@@ -82,8 +98,19 @@ type keyState struct {
 	expiring  bool  // an Expire for the holder's token is in flight
 	// parked: idle, but kept in the shard's ring of parked keyStates
 	// (busy.go), because the key is held.
-	parked   bool
-	granting *waiter
+	parked bool
+	// shared: the key's holders are shared grants (protocol 1.4), and
+	// slot is its header's row, which is no grant (shared.go).
+	shared bool
+	// granting is the exclusive acquire whose Grant is in flight;
+	// sharedGranting counts the shared acquires whose Grants are. At most
+	// one of the two is non-zero.
+	granting       *waiter
+	sharedGranting int32
+	// grantOps: the Expires and Extends in flight of the key's shared
+	// grants, by token (expiring and extending are the exclusive
+	// holder's); nil until one.
+	grantOps map[uint64]grantOp
 	head     *waiter
 	tail     *waiter
 }
@@ -174,8 +201,19 @@ func (ks *keyState) hasLiveWaiter(cs *connState) bool {
 	return false
 }
 
+// grantSettled ends w's Grant in flight: it applied, or never will.
+func (ks *keyState) grantSettled(w *waiter) {
+	switch {
+	case ks.granting == w:
+		ks.granting = nil
+	case w.grantingShared:
+		w.grantingShared = false
+		ks.sharedGranting--
+	}
+}
+
 // idle reports whether the key has nothing in flight and nobody waiting,
 // so that its state can be dropped (whether it is held is the table's).
 func (ks *keyState) idle() bool {
-	return ks.head == nil && ks.inflight == 0 && ks.granting == nil
+	return ks.head == nil && ks.inflight == 0 && ks.granting == nil && ks.sharedGranting == 0
 }

@@ -1,9 +1,6 @@
 package engine
 
-import (
-	"github.com/baton-dev/baton/codec"
-	sm "github.com/baton-dev/baton/statemachine"
-)
+import sm "github.com/baton-dev/baton/statemachine"
 
 // Leadership: following Raft's view of who leads the shard, serving once
 // this node's fence applied and until another node's does, and handing
@@ -108,7 +105,7 @@ func (s *shard) stopServing() {
 				ks.deferred++
 				s.waits.clear(w)
 			case w.state == waitQueued:
-				s.answerNotServing(w.cs, codec.OpAcquire, bytesOf(ks.key))
+				s.answerNotServing(w.cs, w.op(), bytesOf(ks.key))
 				s.finish(w)
 			case w.state == waitDeferred && !earlier:
 				s.sendDeferred(w)
@@ -132,12 +129,14 @@ func (s *shard) dropPending() {
 			s.answerNotServing(o.cs, o.op, bytesOf(o.ks.key))
 			s.answeredClient(o)
 		case originGrant:
-			if o.ks.granting == o.w {
-				o.ks.granting = nil
-			}
+			o.ks.grantSettled(o.w)
 			o.w.state = waitQueued
 		case originInternal:
-			o.ks.expiring = false
+			if o.shared {
+				o.ks.notExpiring(o.token)
+			} else {
+				o.ks.expiring = false
+			}
 		}
 	}
 	s.pending.Reset()
@@ -160,10 +159,8 @@ func (s *shard) reset(t sm.Table) {
 	s.table = t
 	s.leases.reset(t.Slots())
 	for _, ks := range s.keys {
-		ks.slot, ks.expiring = noSlot, false
-		if slot, held := t.Find(bytesOf(ks.key)); held {
-			ks.slot = int32(slot)
-		}
+		s.refreshSlot(ks)
+		ks.noneExpiring()
 	}
 	t.Each(func(slot uint32) { s.setDeadline(slot, t.LeaseMs(slot), now) })
 	held := t.Len()

@@ -166,7 +166,7 @@ type shardStats struct {
 	leaderID atomic.Uint64 // as Raft last reported it; 0 while none is known
 	term     atomic.Uint64 // of the last leader change
 	applied  atomic.Uint64 // Raft index of the last entry applied
-	held     atomic.Int64  // locks of the applied table
+	held     atomic.Int64  // grants of the applied table (Table.Len: a shared key counts each of its holders)
 	waiters  atomic.Int64  // acquires listed on this node's connections, unanswered
 	// clusterVersion is the applied table's cluster version
 	// (statemachine.Table.ClusterVersion).
@@ -405,27 +405,20 @@ func (m *nodeMetrics) proposed(commands int) {
 // countApplied counts what one applied entry did to the shard's table:
 // every replica calls it, in log order.
 func (m *nodeMetrics) countApplied(st *shardStats, cmds []sm.Command, results []sm.Result) {
-	var held int64
 	for i, r := range results {
 		switch r.Code {
 		case sm.Granted:
 			m.grants.Inc()
-			held++
 			if i > 0 && freed(results[i-1].Code) && bytes.Equal(cmds[i-1].Key, cmds[i].Key) {
 				m.handOffs.Inc()
 			}
 		case sm.Released:
 			m.releases.Inc()
-			held--
 		case sm.Expired:
 			m.expiries.Inc()
-			held--
 		case sm.Extended:
 			m.extends.Inc()
 		}
-	}
-	if held != 0 {
-		st.held.Add(held)
 	}
 }
 

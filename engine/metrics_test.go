@@ -94,22 +94,21 @@ func TestCountApplied(t *testing.T) {
 		cmds    []sm.Command
 		results []sm.Code
 		want    map[string]float64
-		held    int64
 	}{
 		{"grants", []sm.Command{grant("a"), grant("b"), grant("a")}, []sm.Code{sm.Granted, sm.Granted, sm.GrantRejected},
-			map[string]float64{"baton_grants_total": 2, "baton_handoffs_total": 0}, 2},
+			map[string]float64{"baton_grants_total": 2, "baton_handoffs_total": 0}},
 		{"release hands off", []sm.Command{release("a"), grant("a")}, []sm.Code{sm.Released, sm.Granted},
-			map[string]float64{"baton_releases_total": 1, "baton_grants_total": 1, "baton_handoffs_total": 1}, 0},
+			map[string]float64{"baton_releases_total": 1, "baton_grants_total": 1, "baton_handoffs_total": 1}},
 		{"expiry hands off", []sm.Command{expire("a"), grant("a")}, []sm.Code{sm.Expired, sm.Granted},
-			map[string]float64{"baton_expiries_total": 1, "baton_grants_total": 1, "baton_handoffs_total": 1}, 0},
+			map[string]float64{"baton_expiries_total": 1, "baton_grants_total": 1, "baton_handoffs_total": 1}},
 		{"grant of another key is no hand-off", []sm.Command{release("a"), grant("b")}, []sm.Code{sm.Released, sm.Granted},
-			map[string]float64{"baton_releases_total": 1, "baton_grants_total": 1, "baton_handoffs_total": 0}, 0},
+			map[string]float64{"baton_releases_total": 1, "baton_grants_total": 1, "baton_handoffs_total": 0}},
 		{"rejected hand-off", []sm.Command{release("a"), grant("a")}, []sm.Code{sm.NotHeld, sm.GrantRejected},
-			map[string]float64{"baton_releases_total": 0, "baton_grants_total": 0, "baton_handoffs_total": 0}, 0},
+			map[string]float64{"baton_releases_total": 0, "baton_grants_total": 0, "baton_handoffs_total": 0}},
 		{"extend, expire for nobody, retry", []sm.Command{extend("a"), expire("b"), grant("c")}, []sm.Code{sm.Extended, sm.Noop, sm.Regranted},
-			map[string]float64{"baton_extends_total": 1, "baton_expiries_total": 0, "baton_grants_total": 0}, 0},
+			map[string]float64{"baton_extends_total": 1, "baton_expiries_total": 0, "baton_grants_total": 0}},
 		{"release frees", []sm.Command{release("a"), expire("b")}, []sm.Code{sm.Released, sm.Expired},
-			map[string]float64{"baton_releases_total": 1, "baton_expiries_total": 1}, -2},
+			map[string]float64{"baton_releases_total": 1, "baton_expiries_total": 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,9 +121,6 @@ func TestCountApplied(t *testing.T) {
 			before := samples(t, m)
 			m.countApplied(&st, tc.cmds, results)
 			moved(t, m, before, tc.want)
-			if st.held.Load() != tc.held {
-				t.Errorf("held moved by %d, want %d", st.held.Load(), tc.held)
-			}
 		})
 	}
 }

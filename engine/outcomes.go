@@ -76,8 +76,9 @@ func (s *shard) applyEntry(h sm.Header, cmds []sm.Command, results []sm.Result) 
 		if p != nil && i < len(p.origins) {
 			o = &p.origins[i]
 		}
-		s.applyOne(&cmds[i], results[i], o, p != nil && p.failed, now)
+		s.applyOne(i, &cmds[i], results[i], o, p != nil && p.failed, now)
 	}
+	s.stats.held.Store(int64(s.table.Len()))
 	if len(s.watchDirty) > 0 {
 		s.sendWatched(now)
 	}
@@ -107,7 +108,8 @@ func (s *shard) popInflight() *proposal {
 	return p
 }
 
-func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, now int64) {
+// applyOne processes command i of the entry, c, whose outcome is res.
+func (s *shard) applyOne(i int, c *sm.Command, res sm.Result, o *origin, failed bool, now int64) {
 	var ks *keyState
 	if o != nil {
 		ks = o.ks
@@ -115,20 +117,41 @@ func (s *shard) applyOne(c *sm.Command, res sm.Result, o *origin, failed bool, n
 	} else {
 		ks = s.keys[string(c.Key)]
 	}
-	// The committed view, kept on every replica: the holder is the
-	// table's, its lease deadline the shard's.
+	// The committed view, kept on every replica: the holders are the
+	// table's, their lease deadlines the shard's. An exclusive grant's
+	// result says what the key's row is now; one about shared grants
+	// needs a look at the table (shared.go).
 	switch res.Code {
 	case sm.Granted:
 		if ks != nil {
-			ks.slot, ks.expiring = int32(res.Slot), false
+			if c.Permits != 0 {
+				s.refreshSlot(ks)
+			} else {
+				ks.slot, ks.expiring, ks.shared = int32(res.Slot), false, false
+			}
 		}
 		s.setDeadline(res.Slot, c.LeaseMs, now)
 		s.watchChanged(c, res)
 	case sm.Released, sm.Expired:
 		if ks != nil {
-			ks.slot, ks.expiring = noSlot, false
+			if ks.shared || res.Token == 0 || int32(res.Slot) != ks.slot {
+				s.refreshSlot(ks)
+				if res.Token == 0 {
+					ks.noneExpiring()
+				} else {
+					ks.notExpiring(res.Token)
+				}
+			} else {
+				ks.slot, ks.expiring = noSlot, false
+			}
 		}
 		s.leases.clear(res.Slot)
+		if res.Token == 0 {
+			// A Release of every shared holder: Slot is the key's header.
+			for _, g := range s.table.Freed(i) {
+				s.leases.clear(g)
+			}
+		}
 		s.watchChanged(c, res)
 	case sm.Extended:
 		s.setDeadline(res.Slot, c.LeaseMs, now)
@@ -151,6 +174,15 @@ func (s *shard) settle(o *origin) {
 	if !o.extends {
 		return
 	}
+	if o.shared {
+		op := ks.opOf(o.token)
+		op.extending--
+		ks.setOp(o.token, op)
+		if slot, held := s.grantSlot(ks, o.token); op.extending == 0 && s.serving && held && !op.expiring && !s.leases.armed(slot) {
+			s.armLease(slot)
+		}
+		return
+	}
 	ks.extending--
 	if ks.extending == 0 && s.serving && s.holderToken(ks) != 0 && !ks.expiring && !s.leases.armed(uint32(ks.slot)) {
 		// A lease that ran out under the Extend is looked at again (an
@@ -165,13 +197,20 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now
 	switch o.kind {
 	case originInternal:
 		if c.Op == sm.OpExpire && res.Code != sm.Expired {
-			s.expireFailed(ks)
+			s.expireFailed(o)
 		}
 		if s.node.tracing {
 			s.trace("internal command applied", "op", c.Op, "key", ks.key, "token", c.Token, "result", res.Code, "failed", failed)
 		}
 	case originClient:
 		if failed {
+			return
+		}
+		if res.Code == sm.NotEnabled {
+			// Never proposed so (an S is refused below the version that
+			// enables it), but never answered NOTHELD for it either.
+			s.sendError(o.cs, o.op, c.Key, codec.CodeUnavailable, sharedNeedsVersion(s.table.ClusterVersion()))
+			s.answeredClient(o)
 			return
 		}
 		st := codec.StatusNotHeld
@@ -186,17 +225,16 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now
 			s.regranted(w, res, failed, now)
 			return
 		}
-		if ks.granting == w {
-			ks.granting = nil
-		}
+		ks.grantSettled(w)
 		switch {
 		case res.Code == sm.Granted, res.Code == sm.Regranted:
 			s.granted(w, res.Token, res.Code == sm.Granted, failed, now)
 		case w.abandoned || failed:
 			s.handPlace(w)
 			s.finish(w)
+		case s.refuseGrant(w, res):
 		case w.tryLock:
-			s.send(w.cs, codec.OpAcquire, c.Key, codec.StatusTimeout)
+			s.send(w.cs, w.op(), c.Key, codec.StatusTimeout)
 			s.finish(w)
 		default:
 			w.state = waitQueued // keeps its place; the key was not free after all
@@ -219,14 +257,21 @@ func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) 
 	// be deposed, and the new leader may have given this very grant to a
 	// retry of its owner since (the release would be fenced then, but the
 	// lease frees the key anyway).
-	if !s.grantSameOwner(ks, w.owner, token) && !live && fresh && s.serving {
+	if !s.grantSameOwner(ks, w, token) && !live && fresh && s.serving {
 		if s.node.tracing {
 			s.trace("grant for nobody: released", "key", ks.key, "token", token, "failed", failed, "abandoned", w.abandoned)
 		}
-		s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: token}, origin{kind: originInternal, ks: ks, token: token})
-		s.handOff(ks)
-		s.node.metrics.abandonedReleased.Inc()
+		s.giveBack(ks, token)
 	}
+}
+
+// giveBack proposes the release of the grant of ks with token, which
+// nobody holds for (its client is gone, or stopped waiting), with the
+// next waiters' Grants in the same batch.
+func (s *shard) giveBack(ks *keyState, token uint64) {
+	s.propose(sm.Command{Op: sm.OpRelease, Key: bytesOf(ks.key), Token: token}, origin{kind: originInternal, ks: ks, token: token, shared: ks.shared})
+	s.handOff(ks, 1)
+	s.node.metrics.abandonedReleased.Inc()
 }
 
 // finish takes an answered waiter out of the queue, then releases answers
@@ -259,19 +304,19 @@ func (s *shard) finish(w *waiter) {
 var errNotServing = errors.New("not serving")
 
 func (s *shard) sendDeferred(z *waiter) {
-	key := bytesOf(z.ks.key)
+	key, op := bytesOf(z.ks.key), z.op()
 	if z.deferred.err == errNotServing {
-		s.answerNotServing(z.cs, codec.OpAcquire, key)
+		s.answerNotServing(z.cs, op, key)
 		return
 	}
 	if z.deferred.token != 0 {
-		z.cs.send(&codec.Response{Op: codec.OpAcquire, Key: key, Status: codec.StatusOK, Token: z.deferred.token}, s.hold())
+		z.cs.send(&codec.Response{Op: op, Key: key, Status: codec.StatusOK, Token: z.deferred.token}, s.hold())
 		return
 	}
 	var perr *codec.ParseError
 	if errors.As(z.deferred.err, &perr) {
-		z.cs.sendParseError(&codec.Request{Op: codec.OpAcquire, Key: key}, perr, s.hold())
+		z.cs.sendParseError(&codec.Request{Op: op, Key: key}, perr, s.hold())
 		return
 	}
-	s.send(z.cs, codec.OpAcquire, key, codec.StatusTimeout)
+	s.send(z.cs, op, key, codec.StatusTimeout)
 }

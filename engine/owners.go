@@ -22,29 +22,34 @@ import (
 //   - Disconnect: as without owners; a grant that lands for nobody is
 //     released, unless another acquire of the owner took it.
 //
+// The rules hold for shared grants (S) as for exclusive ones, each kind
+// on its own: acquires of one owner are one acquire only if they are of
+// the same kind (and so, by the rule of one permits per key, of the same
+// permits). An acquire whose owner holds a grant of the key of the other
+// kind is a retry too, which the state machine refuses (KindMismatch:
+// ERR badrequest, shared.go).
+//
 // The committed owner of each held key is the table's (statemachine keeps
 // it with the grant), read through the key's slot.
 
-// ownerOf is the owner of the key's committed grant, "" when it is free or
-// its grant has none.
-func (s *shard) ownerOf(ks *keyState) string {
-	if s.holderToken(ks) == 0 {
-		return ""
-	}
-	return s.table.Owner(uint32(ks.slot))
-}
-
-// isRetry reports whether an acquire with owner is a retry of the grant
+// isRetry reports whether an acquire with owner is a retry of a grant
 // that holds ks.
 func (s *shard) isRetry(ks *keyState, owner []byte) bool {
-	return len(owner) > 0 && s.ownerOf(ks) == string(owner)
+	switch {
+	case len(owner) == 0 || ks.slot == noSlot || !s.table.Held(uint32(ks.slot)):
+		return false
+	case ks.shared:
+		_, ok := s.table.OwnerGrant(bytesOf(ks.key), string(owner))
+		return ok
+	}
+	return s.table.Owner(uint32(ks.slot)) == string(owner)
 }
 
 // regrant proposes the Grant of a retry. w is the acquire, in the queue
 // as waitRegranting until the outcome is known (regranted).
 func (s *shard) regrant(ks *keyState, w *waiter) {
 	w.state = waitRegranting
-	s.propose(sm.Command{Op: sm.OpGrant, Key: bytesOf(ks.key), LeaseMs: w.leaseMs, Owner: bytesOf(w.owner)},
+	s.propose(sm.Command{Op: sm.OpGrant, Key: bytesOf(ks.key), LeaseMs: w.leaseMs, Owner: bytesOf(w.owner), Permits: w.permits},
 		origin{kind: originGrant, ks: ks, w: w})
 }
 
@@ -71,14 +76,15 @@ func (s *shard) regranted(w *waiter, res sm.Result, failed bool, now int64) {
 			s.waits.clear(w)
 			return
 		}
-		w.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: res.Token}, s.hold())
+		w.cs.send(&codec.Response{Op: w.op(), Key: bytesOf(ks.key), Status: codec.StatusOK, Token: res.Token}, s.hold())
 		s.finish(w)
 	case res.Code == sm.Granted:
 		s.granted(w, res.Token, true, failed, now)
 	case failed || w.abandoned:
 		s.finish(w)
+	case s.refuseGrant(w, res):
 	case w.tryLock:
-		s.send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.send(w.cs, w.op(), bytesOf(ks.key), codec.StatusTimeout)
 		s.finish(w)
 	default:
 		w.state = waitQueued // waits from where it joined the queue
@@ -89,29 +95,29 @@ func (s *shard) regranted(w *waiter, res sm.Result, failed bool, now int64) {
 // the queue before their Grant was proposed (dropPending), once this node
 // serves again and their owner still holds the key.
 func (s *shard) regrantParked(ks *keyState) {
-	owner := s.ownerOf(ks)
-	if owner == "" {
+	if ks.slot == noSlot {
 		return
 	}
 	for w := ks.head; w != nil; w = w.next {
-		if w.state == waitQueued && w.owner != "" && w.owner == owner {
+		if w.state == waitQueued && w.owner != "" && s.isRetry(ks, bytesOf(w.owner)) {
 			s.regrant(ks, w)
 		}
 	}
 }
 
 // grantSameOwner answers OK with token every other waiting acquire of the
-// key whose owner is owner: they are one acquire with the one just granted.
-// It reports whether any was answered, so that a grant whose own requester
-// is gone is kept for them.
-func (s *shard) grantSameOwner(ks *keyState, owner string, token uint64) bool {
+// key whose owner is w's, of w's kind: they are one acquire with w, just
+// granted. It reports whether any was answered, so that a grant whose own
+// requester is gone is kept for them.
+func (s *shard) grantSameOwner(ks *keyState, w *waiter, token uint64) bool {
+	owner := w.owner
 	if owner == "" {
 		return false
 	}
 	answered := false
 	for z := ks.head; z != nil; {
 		next := z.next
-		if z.owner == owner && z.state == waitQueued {
+		if z.owner == owner && z.permits == w.permits && z.state == waitQueued {
 			answered = true
 			s.node.metrics.acquireGranted(z.received, monoNow())
 			if s.hasEarlierLive(z) {
@@ -121,7 +127,7 @@ func (s *shard) grantSameOwner(ks *keyState, owner string, token uint64) bool {
 				ks.deferred++
 				s.waits.clear(z)
 			} else {
-				z.cs.send(&codec.Response{Op: codec.OpAcquire, Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token}, s.hold())
+				z.cs.send(&codec.Response{Op: z.op(), Key: bytesOf(ks.key), Status: codec.StatusOK, Token: token}, s.hold())
 				s.finish(z)
 			}
 		}
@@ -140,7 +146,7 @@ func (s *shard) handPlace(w *waiter) {
 	}
 	ks := w.ks
 	for z := w.next; z != nil; z = z.next {
-		if z.owner == w.owner && z.state == waitQueued && !s.hasEarlierLive(z) {
+		if z.owner == w.owner && z.permits == w.permits && z.state == waitQueued && !s.hasEarlierLive(z) {
 			ks.unlink(z)
 			ks.insertBefore(z, w)
 			return

@@ -16,18 +16,16 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.serving {
-		if r.Op == codec.OpAcquire {
+		if r.Op == codec.OpAcquire || r.Op == codec.OpShared {
 			if ks := s.keys[string(r.Key)]; ks != nil && ks.hasLiveWaiter(cs) {
 				// An earlier acquire of the key on this connection is still
 				// unanswered (its Grant may be in flight): this answer must
 				// not overtake it, or the client would pair them wrongly.
-				s.deferAnswer(cs, ks, errNotServing)
+				s.deferAnswer(cs, ks, r.Op, errNotServing)
 				return false
 			}
 		}
 		switch {
-		case r.Op == codec.OpShared:
-			s.sharedNotServed(cs, r.Key)
 		case r.Op == codec.OpRelease || r.Op == codec.OpExtend:
 			s.answerNow(cs, r.Op, r.Key, s.keys[string(r.Key)], "", "")
 		case (r.Op == codec.OpQuery || r.Op == codec.OpWatch || r.Op == codec.OpUnwatch) && s.node.clustered():
@@ -41,7 +39,7 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 	}
 	before := s.pending.Len()
 	switch r.Op {
-	case codec.OpAcquire:
+	case codec.OpAcquire, codec.OpShared:
 		s.acquire(cs, r, now)
 	case codec.OpRelease, codec.OpExtend:
 		if s.batchFull() {
@@ -56,72 +54,70 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 		}
 		// One member: its applied view holds everything acknowledged.
 		s.serveRead(cs, r.Op, r.Key, now)
-	case codec.OpShared:
-		s.sharedNotServed(cs, r.Key)
 	}
 	return s.pending.Len() > before
 }
 
-// sharedNotServed answers an S: this build does not serve shared holds
-// (protocol 1.4) yet.
-func (s *shard) sharedNotServed(cs *connState, key []byte) {
-	s.sendError(cs, codec.OpShared, key, codec.CodeUnavailable, "shared holds (S, protocol 1.4) are not served by this build yet")
-}
-
 // badRequest answers a malformed request whose op and key could be read.
-// A malformed A waits behind an earlier unanswered A of the same key on the
-// same connection, so that answers to one (op, key) keep their order.
+// A malformed A or S waits behind an earlier unanswered acquire of the
+// same key on the same connection, so that answers to one (op, key) keep
+// their order.
 func (s *shard) badRequest(cs *connState, r *codec.Request, perr *codec.ParseError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r.Op == codec.OpAcquire {
+	if r.Op == codec.OpAcquire || r.Op == codec.OpShared {
 		if ks := s.keys[string(r.Key)]; ks != nil && ks.hasLiveWaiter(cs) {
-			s.deferAnswer(cs, ks, perr)
+			s.deferAnswer(cs, ks, r.Op, perr)
 			return
 		}
 	}
 	cs.sendParseError(r, perr, s.hold())
 }
 
+// acquire serves an A, or an S (r.Permits: a shared acquire, shared.go).
 func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 	ks := s.keys[string(r.Key)]
 	if ks == nil {
 		ks = s.addKey(r.Key)
 	}
+	if r.Op == codec.OpShared && s.sharedRefused(cs, ks, r) {
+		s.forgetIfIdle(ks)
+		return
+	}
 	retry := s.isRetry(ks, r.Owner)
-	held := s.holderToken(ks) != 0
-	if r.WaitMs == codec.WaitNone && !retry && (held || ks.granting != nil) {
+	fits := s.fitsNow(ks, r.Permits)
+	if r.WaitMs == codec.WaitNone && !retry && !fits {
 		if ks.hasLiveWaiter(cs) {
-			s.deferAnswer(cs, ks, nil)
+			s.deferAnswer(cs, ks, r.Op, nil)
 		} else {
-			s.send(cs, codec.OpAcquire, r.Key, codec.StatusTimeout)
+			s.send(cs, r.Op, r.Key, codec.StatusTimeout)
 		}
 		s.forgetIfIdle(ks)
 		return
 	}
-	if (retry || !held && ks.granting == nil && ks.firstQueued() == nil) && s.batchFull() {
+	if (retry || fits) && s.batchFull() {
 		// It would be granted at once, by a command the batch has no room
 		// for. (An acquire that queues adds no command, and a connection's
 		// earlier acquire of the key means it queues: the order of
 		// answers to one (op, key) is kept.)
-		s.sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, tooManyCommands)
+		s.sendError(cs, r.Op, r.Key, codec.CodeOverloaded, tooManyCommands)
 		s.forgetIfIdle(ks)
 		return
 	}
 	if !retry && s.keyFull(ks, r.Owner) {
 		if ks.hasLiveWaiter(cs) {
-			s.deferAnswer(cs, ks, &codec.ParseError{Code: codec.CodeOverloaded, Text: s.node.adm.tooManyForKey})
+			s.deferAnswer(cs, ks, r.Op, &codec.ParseError{Code: codec.CodeOverloaded, Text: s.node.adm.tooManyForKey})
 		} else {
-			s.sendError(cs, codec.OpAcquire, r.Key, codec.CodeOverloaded, s.node.adm.tooManyForKey)
+			s.sendError(cs, r.Op, r.Key, codec.CodeOverloaded, s.node.adm.tooManyForKey)
 		}
 		return
 	}
-	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued, waitIdx: notInHeap, shard: s, received: now}
+	w := &waiter{cs: cs, ks: ks, leaseMs: r.LeaseMs, permits: r.Permits, tryLock: r.WaitMs == codec.WaitNone, state: waitQueued, waitIdx: notInHeap, shard: s, received: now}
 	if len(r.Owner) > 0 {
 		w.owner = string(r.Owner)
 	}
 	if res := cs.addWaiter(w); res != added {
-		s.refuseWaiter(cs, ks, res)
+		s.refuseWaiter(cs, ks, r.Op, res)
 		s.forgetIfIdle(ks)
 		return
 	}
@@ -132,34 +128,42 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		s.timerMayBeEarlier(w.waitUntil)
 	}
 	if retry {
-		// The holder's owner asks again: its Grant answers it, not the
-		// queue (owners.go).
+		// The owner of a grant of the key asks again: its Grant answers
+		// it, not the queue (owners.go).
 		s.regrant(ks, w)
 		return
 	}
 	s.grantHead(ks)
 }
 
-// deferAnswer queues a decided answer (TIMEOUT when err is nil) behind the
-// connection's earlier acquire of the same key.
-func (s *shard) deferAnswer(cs *connState, ks *keyState, err error) {
+// deferAnswer queues a decided answer to an acquire (op A or S; TIMEOUT
+// when err is nil) behind the connection's earlier acquire of the same
+// key.
+func (s *shard) deferAnswer(cs *connState, ks *keyState, op byte, err error) {
 	w := &waiter{cs: cs, ks: ks, state: waitDeferred, deferred: deferredAnswer{err: err}, waitIdx: notInHeap, shard: s, received: monoNow()}
+	if op == codec.OpShared {
+		w.permits = sharedAnswer
+	}
 	if res := cs.addWaiter(w); res != added {
 		// Order gives way to the limit: answer now rather than keep more.
-		s.refuseWaiter(cs, ks, res)
+		s.refuseWaiter(cs, ks, op, res)
 		return
 	}
 	ks.enqueue(w)
 }
 
+// sharedAnswer is the permits of a deferred answer to an S: it only makes
+// the waiter's op S (a deferred waiter is never granted).
+const sharedAnswer = 1
+
 // refuseWaiter answers an acquire that its connection could not take:
 // ERR overloaded past a limit, nothing when the client is gone.
-func (s *shard) refuseWaiter(cs *connState, ks *keyState, res addResult) {
+func (s *shard) refuseWaiter(cs *connState, ks *keyState, op byte, res addResult) {
 	switch res {
 	case connFull:
-		s.sendError(cs, codec.OpAcquire, bytesOf(ks.key), codec.CodeOverloaded, cs.adm.tooManyOnConn)
+		s.sendError(cs, op, bytesOf(ks.key), codec.CodeOverloaded, cs.adm.tooManyOnConn)
 	case nodeFull:
-		s.sendError(cs, codec.OpAcquire, bytesOf(ks.key), codec.CodeOverloaded, cs.adm.tooManyOnNode)
+		s.sendError(cs, op, bytesOf(ks.key), codec.CodeOverloaded, cs.adm.tooManyOnNode)
 	}
 }
 
@@ -205,12 +209,22 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 	o := origin{kind: originClient, op: r.Op, ks: ks, cs: cs}
 	if r.Op == codec.OpRelease {
 		s.propose(sm.Command{Op: sm.OpRelease, Key: r.Key, Token: r.Token}, o)
-		s.handOff(ks)
+		freeing := int32(1) // one grant; an exclusive holder is the only one
+		if r.Token == 0 {
+			freeing = freeAll
+		}
+		s.handOff(ks, freeing)
 		return
 	}
-	if tok := s.holderToken(ks); r.Token == tok && tok != 0 {
-		o.extends = true
-		ks.extending++
+	if _, held := s.grantSlot(ks, r.Token); held {
+		o.extends, o.shared, o.token = true, ks.shared, r.Token
+		if ks.shared {
+			op := ks.opOf(r.Token)
+			op.extending++
+			ks.setOp(r.Token, op)
+		} else {
+			ks.extending++
+		}
 	}
 	s.propose(sm.Command{Op: sm.OpExtend, Key: r.Key, Token: r.Token, LeaseMs: r.LeaseMs}, o)
 }
@@ -229,8 +243,9 @@ func (s *shard) serveRead(cs *connState, op byte, key []byte, now int64) {
 }
 
 // stateLine sends the key's state in the view, as Q answers it (op Q) or
-// as a watch's line (op W; event: a line after the watch's first).
-func (s *shard) stateLine(cs *connState, op byte, key []byte, now int64, event bool) {
+// as a watch's line (op W; event: a line after the watch's first), and
+// returns the count of its shared holders (0 for FREE or HELD).
+func (s *shard) stateLine(cs *connState, op byte, key []byte, now int64, event bool) (holders uint32) {
 	r := codec.Response{Op: op, Key: key, Status: codec.StatusFree}
 	if slot, held := s.table.Find(key); held {
 		s.heldLine(&r, slot, now)
@@ -240,6 +255,7 @@ func (s *shard) stateLine(cs *connState, op byte, key []byte, now int64, event b
 	} else {
 		cs.send(&r, s.hold())
 	}
+	return uint32(r.Holders)
 }
 
 // heldLine fills r with what holds the key whose row is slot: its

@@ -127,7 +127,7 @@ func (n *Node) serveLine(cs *connState, line []byte, req *codec.Request, now int
 	if s.handle(cs, req, now) {
 		cs.touch(s)
 	}
-	if req.Op == codec.OpAcquire && cs.listed == listed {
+	if (req.Op == codec.OpAcquire || req.Op == codec.OpShared) && cs.listed == listed {
 		// Answered on receipt (try-lock of a held key, MOVED, ERR): queued
 		// acquires are timed when they leave their connection's list.
 		n.metrics.acquireAnswered(now, monoNow())

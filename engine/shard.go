@@ -22,13 +22,17 @@ const (
 type origin struct {
 	kind originKind
 	op   byte // originClient: codec.OpRelease or codec.OpExtend
-	// extends: an Extend of the holder's token, counted in ks.extending.
+	// extends: an Extend of a holder's token, counted in ks.extending, or
+	// for a shared grant (shared) in ks.grantOps.
 	extends bool
-	trail   uint32 // originClient: answers that wait for this one (order.go); 0 for none
-	ks      *keyState
-	cs      *connState
-	w       *waiter
-	token   uint64 // originInternal: the grant the Expire or Release is for
+	// shared: the command is about the shared grant token (an Expire, a
+	// release for nobody, an Extend counted in ks.grantOps).
+	shared bool
+	trail  uint32 // originClient: answers that wait for this one (order.go); 0 for none
+	ks     *keyState
+	cs     *connState
+	w      *waiter
+	token  uint64 // originInternal: the grant the Expire or Release is for; an extends Extend's
 }
 
 // proposal is one Raft entry this node proposed and has not seen applied.

@@ -119,9 +119,17 @@ func (s *shard) setDeadline(slot uint32, leaseMs uint32, now int64) {
 	}
 }
 
-// expireFailed re-arms a held key's lease after an Expire of ours did not
-// apply, so that the lease is looked at again.
-func (s *shard) expireFailed(ks *keyState) {
+// expireFailed re-arms a lease after an Expire of ours (o) did not apply,
+// so that the lease is looked at again.
+func (s *shard) expireFailed(o *origin) {
+	ks := o.ks
+	if o.shared {
+		ks.notExpiring(o.token)
+		if slot, held := s.grantSlot(ks, o.token); held {
+			s.armLease(slot)
+		}
+		return
+	}
 	ks.expiring = false
 	if s.holderToken(ks) != 0 {
 		s.armLease(uint32(ks.slot))
@@ -176,18 +184,28 @@ func (s *shard) leaseDue(slot uint32, now int64) {
 	key := s.table.Key(slot)
 	ks := s.keys[string(key)]
 	if ks == nil {
-		ks = s.addFound(key, slot, true)
-	}
-	if ks.expiring || ks.extending > 0 {
-		return // an Expire or settle re-arms it
+		ks = s.addKey(key) // slot may be a shared grant's, which is not the key's row
 	}
 	tok := s.table.Token(slot)
-	ks.expiring = true
+	if ks.shared {
+		// slot is one of the key's shared grants, each with its lease.
+		op := ks.opOf(tok)
+		if op.expiring || op.extending > 0 {
+			return
+		}
+		op.expiring = true
+		ks.setOp(tok, op)
+	} else {
+		if ks.expiring || ks.extending > 0 {
+			return // an Expire or settle re-arms it
+		}
+		ks.expiring = true
+	}
 	if s.node.tracing {
 		s.trace("lease ran out: Expire proposed", "key", ks.key, "token", tok, "late_ms", (now-s.leases.deadlineOf(slot))/1e6)
 	}
-	s.propose(sm.Command{Op: sm.OpExpire, Key: bytesOf(ks.key), Token: tok}, origin{kind: originInternal, ks: ks, token: tok})
-	s.handOff(ks)
+	s.propose(sm.Command{Op: sm.OpExpire, Key: bytesOf(ks.key), Token: tok}, origin{kind: originInternal, ks: ks, token: tok, shared: ks.shared})
+	s.handOff(ks, 1)
 }
 
 // waitDue answers TIMEOUT to a waiter whose wait_ms ran out.
@@ -204,7 +222,7 @@ func (s *shard) waitDue(w *waiter) {
 			ks.deferred++
 			return
 		}
-		s.send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.send(w.cs, w.op(), bytesOf(ks.key), codec.StatusTimeout)
 		s.handPlace(w)
 		s.finish(w)
 		s.forgetIfIdle(ks)
@@ -212,7 +230,7 @@ func (s *shard) waitDue(w *waiter) {
 		// The Grant is in flight: answer now; a new grant that lands is
 		// released (or kept for another acquire of the owner).
 		w.abandoned = true
-		s.send(w.cs, codec.OpAcquire, bytesOf(ks.key), codec.StatusTimeout)
+		s.send(w.cs, w.op(), bytesOf(ks.key), codec.StatusTimeout)
 		s.handPlace(w)
 		s.finish(w)
 	}

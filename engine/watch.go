@@ -54,6 +54,15 @@ type watch struct {
 	granted      uint64
 	grantLeaseMs uint32
 	grantOwner   string
+	// Shared grants (protocol 1.4): holders is the count of the last line
+	// sent (0 for FREE or HELD), which is the key's at the start of the
+	// next entry that changes it; during one, count follows its changes
+	// (from holders), and sharedFrom is the first token of its shared
+	// grants not shown yet, which a release later in the entry would
+	// hide: that release sends a SHARED line first, as a hidden exclusive
+	// grant gets its HELD line.
+	holders, count, permits uint32
+	sharedFrom              uint64
 }
 
 // watchW serves a W for key on cs once its ReadIndex (in a cluster)
@@ -63,7 +72,7 @@ func (s *shard) watchW(cs *connState, key []byte, now int64) {
 	first := s.watches[string(key)]
 	for w := first; w != nil; w = w.next {
 		if w.cs == cs {
-			s.stateLine(cs, codec.OpWatch, key, now, false)
+			w.holders = s.stateLine(cs, codec.OpWatch, key, now, false)
 			return
 		}
 	}
@@ -82,7 +91,7 @@ func (s *shard) watchW(cs *connState, key []byte, now int64) {
 		s.watches = make(map[string]*watch)
 	}
 	s.watches[w.key] = w
-	s.stateLine(cs, codec.OpWatch, key, now, false)
+	w.holders = s.stateLine(cs, codec.OpWatch, key, now, false)
 }
 
 // unwatch serves a U: it ends cs's watch of key, if it has one, and
@@ -112,29 +121,48 @@ func (s *shard) dropWatch(w *watch) {
 		}
 	}
 	w.next = nil
-	w.dirty, w.granted = false, 0 // sendWatched skips it: no line after U
+	w.dirty, w.granted, w.sharedFrom = false, 0, 0 // sendWatched skips it: no line after U
 }
 
 // watchChanged notes that a command c of the entry being applied changed
 // key's holders (res: Granted, Released or Expired): its watches get a
-// line at the end of the entry, and one now for a grant of the entry that
+// line at the end of the entry, and one now for grants of the entry that
 // c ends. s.mu is held.
 func (s *shard) watchChanged(c *sm.Command, res sm.Result) {
 	if len(s.watches) == 0 {
 		return
 	}
 	for w := s.watches[string(c.Key)]; w != nil; w = w.next {
+		if !w.dirty {
+			w.dirty, w.count = true, w.holders
+			s.watchDirty = append(s.watchDirty, w)
+		}
 		if w.granted != 0 {
 			w.cs.sendEvent(&codec.Response{Op: codec.OpWatch, Key: c.Key, Status: codec.StatusHeld,
 				Token: w.granted, RemainingMs: uint64(w.grantLeaseMs), Owner: bytesOf(w.grantOwner)}, s.hold())
 			w.granted = 0
 		}
-		if res.Code == sm.Granted {
+		switch {
+		case res.Code == sm.Granted && c.Permits != 0:
+			w.count, w.permits = w.count+1, c.Permits
+			if w.sharedFrom == 0 {
+				w.sharedFrom = res.Token
+			}
+		case res.Code == sm.Granted:
 			w.granted, w.grantLeaseMs, w.grantOwner = res.Token, c.LeaseMs, string(c.Owner)
-		}
-		if !w.dirty {
-			w.dirty = true
-			s.watchDirty = append(s.watchDirty, w)
+		case w.count > 0:
+			// A shared grant went (Released, Expired), or all of them
+			// (a Release without a token: Token 0).
+			if w.sharedFrom != 0 && (res.Token == 0 || res.Token >= w.sharedFrom) {
+				w.cs.sendEvent(&codec.Response{Op: codec.OpWatch, Key: c.Key, Status: codec.StatusShared,
+					Holders: uint64(w.count), Permits: uint64(w.permits)}, s.hold())
+				w.sharedFrom = 0
+			}
+			if res.Token == 0 {
+				w.count = 0
+			} else {
+				w.count--
+			}
 		}
 	}
 }
@@ -146,8 +174,8 @@ func (s *shard) watchChanged(c *sm.Command, res sm.Result) {
 func (s *shard) sendWatched(now int64) {
 	for i, w := range s.watchDirty {
 		if w.dirty {
-			w.dirty, w.granted, w.grantOwner = false, 0, ""
-			s.stateLine(w.cs, codec.OpWatch, bytesOf(w.key), now, true)
+			w.dirty, w.granted, w.grantOwner, w.sharedFrom = false, 0, "", 0
+			w.holders = s.stateLine(w.cs, codec.OpWatch, bytesOf(w.key), now, true)
 		}
 		s.watchDirty[i] = nil
 	}
