@@ -84,6 +84,17 @@ type Config struct {
 	// for each cycle, as the Go client sends (via client always does): the
 	// cost of owners is this run against one without.
 	Owners bool
+	// Permits, when positive, makes every acquire one of that many shared
+	// holds of its key (S, protocol 1.4) instead of the key's exclusive
+	// lock (A): every key a counting semaphore of Permits. Uncontended
+	// and contended only. Contended then checks what a semaphore promises
+	// instead of the exclusive lock's token and FIFO order (see keyLines):
+	// never more than Permits holders of a key at once, every token
+	// greater than those read before its acquire was sent and issued once,
+	// and an acquire sent more than FIFOSlack before another never granted
+	// a larger token. With one key and Permits 16 against 16 keys without,
+	// it compares a semaphore with as many exclusive locks.
+	Permits int
 	// TLS, when set, makes every connection speak TLS configured by it (to
 	// a server's --tls-listen address), as client.WithTLS does; nil: plain
 	// TCP.
@@ -172,6 +183,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("rate %v: want 0 (closed loop) up to %d cycles/s", c.Rate, maxRate)
 	case c.FIFOSlack < 0:
 		return fmt.Errorf("fifo-slack %v: must not be negative", c.FIFOSlack)
+	case c.Permits < 0 || c.Permits > codec.MaxPermits:
+		return fmt.Errorf("permits %d: want 1..%d shared holds per key, or 0 for exclusive locks", c.Permits, codec.MaxPermits)
+	case c.Permits > 0 && c.Workload != WorkloadUncontended && c.Workload != WorkloadContended:
+		return fmt.Errorf("permits: only the uncontended and contended workloads (not %s)", c.Workload)
 	}
 	if c.Secret != "" {
 		if err := codec.CheckSecret([]byte(c.Secret)); err != nil {
@@ -245,6 +260,14 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// acquireOp is the op of every acquire: S with Permits, else A.
+func (c *Config) acquireOp() byte {
+	if c.Permits > 0 {
+		return codec.OpShared
+	}
+	return codec.OpAcquire
 }
 
 // leaseMs is the lease_ms field of every acquire.

@@ -89,6 +89,10 @@ type cycler struct {
 	st           connStats
 	req          codec.Request
 	owners       *ownerSource // nil: acquires without an owner
+	// acqOp is the op of the cycle's acquire step (the A of steps): A, or
+	// S with permits (Config.Permits).
+	acqOp   byte
+	permits uint32
 }
 
 func (c *cycler) begin(now time.Duration) {
@@ -155,7 +159,7 @@ func (c *cycler) send(i, step int, now time.Duration) {
 	s.sent = now
 	switch op := c.spec.steps[step]; op {
 	case codec.OpAcquire:
-		c.req = codec.Request{Op: op, Key: s.key, LeaseMs: c.leaseMs, WaitMs: c.waitMs, Owner: s.owner}
+		c.req = codec.Request{Op: c.acqOp, Key: s.key, Permits: c.permits, LeaseMs: c.leaseMs, WaitMs: c.waitMs, Owner: s.owner}
 		if c.lines != nil {
 			c.lines.queued(s.idx, s.client, now)
 		}
@@ -208,7 +212,7 @@ func (c *cycler) response(r *codec.Response, now time.Duration) {
 		c.st.addErr(statusKind(r), 1)
 	}
 	if !good {
-		if r.Op == codec.OpAcquire {
+		if r.Op == c.acqOp {
 			s.lastGrant = -1
 			if c.lines != nil {
 				c.lines.abandoned(s.idx, s.client)
@@ -225,7 +229,7 @@ func (c *cycler) response(r *codec.Response, now time.Duration) {
 	if c.spec.count == countOps {
 		c.st.done++
 	}
-	if r.Op == codec.OpAcquire {
+	if r.Op == c.acqOp {
 		c.st.add(latAcquire, now-s.start, s.measured)
 		c.granted(s, r.Token, now)
 	} else {
@@ -268,6 +272,9 @@ func checkGrant(st *connStats, lines *keyLines, spec *cycleSpec, lease time.Dura
 		if !g.fifoOK {
 			st.fifo++
 		}
+		if !g.permitsOK {
+			st.overPermits++
+		}
 		if g.handoff >= 0 {
 			st.add(latHandoff, g.handoff, s.measured)
 		}
@@ -297,10 +304,14 @@ func (c *cycler) pair(r *codec.Response) (int, bool) {
 		return 0, false
 	}
 	s := &c.slots[i]
-	if s.step < 0 || c.spec.steps[s.step] != r.Op || !bytes.Equal(r.Key, s.key) {
+	if s.step < 0 || !bytes.Equal(r.Key, s.key) {
 		return 0, false
 	}
-	return i, true
+	want := c.spec.steps[s.step]
+	if want == codec.OpAcquire {
+		want = c.acqOp
+	}
+	return i, want == r.Op
 }
 
 // runCycles runs the uncontended, contended, mixed or expiry workload.
@@ -336,6 +347,7 @@ func runCycles(ctx context.Context, cfg *Config) (*Result, error) {
 			measureStart: cfg.Warmup,
 			slots:        make([]cycleSlot, cfg.Depth),
 			owners:       owners,
+			acqOp:        cfg.acquireOp(), permits: uint32(cfg.Permits),
 		}
 		c.keys = keys(i)
 		initSlots(c.slots, i)
@@ -361,7 +373,7 @@ func runCycles(ctx context.Context, cfg *Config) (*Result, error) {
 // and for shared keys the cross-connection checks.
 func cycleKeys(cfg *Config, spec *cycleSpec) (func(conn int) keyspace, *keyLines) {
 	if spec.shared {
-		lines := newKeyLines(cfg.Keys, cfg.FIFOSlack)
+		lines := newKeyLines(cfg.Keys, cfg.FIFOSlack, cfg.Permits)
 		return func(conn int) keyspace {
 			return sharedKeys{prefix: spec.prefix, conn: conn, depth: cfg.Depth, keys: cfg.Keys}
 		}, lines
@@ -408,6 +420,7 @@ func finishResult(res *Result, cfg *Config, spec *cycleSpec, rec *recorder, end 
 	res.PercentilesOf = latNames[spec.tickKind]
 	res.TokenViolations = rec.violations
 	res.FIFOViolations = rec.fifo
+	res.PermitViolations = rec.overPermits
 	requests, expiries := rec.requests, rec.expiries
 	measuredEnd := max(end.haltAt, rec.lastDone)
 	rec.mu.Unlock()

@@ -32,6 +32,12 @@
 // For every grant sequence the token of a key must grow: per slot for keys
 // of a slot's own, across all connections for shared keys.
 //
+// With Permits (uncontended and contended), every acquire is S with that
+// many permits instead of A: each key is a counting semaphore, and the
+// contended workload checks a semaphore's promises instead of the
+// exclusive lock's order (see keyLines), since up to Permits grants of a
+// key can be made at once and read in any order.
+//
 // The FIFO check (contended). By causality, the grants of one key reach the
 // client one after another in the server's order: a holder releases only
 // after reading its grant, and the next grant follows that release. When a

@@ -27,10 +27,31 @@ import (
 // order (last come first served, random) is caught: with 16 clients on one
 // key at a few milliseconds per hand-off, an overtaken waiter soon lags by
 // more than the slack.
+//
+// Shared holds (permits > 0: every key a semaphore of permits) lose the
+// causality above: up to permits grants of a key can be made at once (in
+// one commit), and they reach their connections in any order. What a
+// semaphore promises is checked instead, each from what the client saw
+// for certain:
+//   - permits: a holder holds from its grant being read to its release
+//     being sent, within the server's grant; so no more than permits of
+//     them may overlap. (The contended cycle releases as soon as it reads
+//     its grant, so a holder too many shows only when its grant and the
+//     others' releases cross: the check never misfires, but it catches
+//     only some of a server's excess grants.)
+//   - tokens: a grant's token is greater than every token of the key read
+//     before its acquire was sent (those were issued before the acquire
+//     was, and the grant after it), and no token comes twice among the
+//     key's recent grants.
+//   - FIFO: tokens are issued in grant order, so of two acquires of a key
+//     one sent more than the slack before the other must get the smaller
+//     token; checked over the key's recentShared latest grants, which a
+//     server that overtakes its queue soon breaks.
 type keyLines struct {
-	slack  time.Duration
-	lines  []keyLine
-	grants atomic.Int64
+	slack   time.Duration
+	permits int // 0: exclusive locks
+	lines   []keyLine
+	grants  atomic.Int64
 }
 
 // keyLine is one shared key's state.
@@ -39,16 +60,34 @@ type keyLine struct {
 	last    uint64        // highest token granted so far; 0: none
 	waiters []waiter      // acquires sent and not answered
 	freedAt time.Duration // when the R that frees the key was sent; -1: none since the last grant
+	// Shared holds only: holders (grants read and not released) and the
+	// latest grants, oldest first, at most recentShared.
+	holders int
+	recent  []recentGrant
 }
 
-// waiter is an acquire in flight: slot client sent it at sent.
+// waiter is an acquire in flight: slot client sent it at sent, when the
+// highest token of the key read so far was seen.
 type waiter struct {
 	client int
 	sent   time.Duration
+	seen   uint64
 }
 
-func newKeyLines(keys int, slack time.Duration) *keyLines {
-	l := &keyLines{slack: slack, lines: make([]keyLine, keys)}
+// recentGrant is a grant of a shared key: its token, and when its acquire
+// was sent.
+type recentGrant struct {
+	token uint64
+	sent  time.Duration
+}
+
+// recentShared is how many of a shared key's latest grants the FIFO and
+// token checks of shared holds compare a grant with: a few rounds of 16
+// permits, and a bounded cost per grant.
+const recentShared = 64
+
+func newKeyLines(keys int, slack time.Duration, permits int) *keyLines {
+	l := &keyLines{slack: slack, permits: permits, lines: make([]keyLine, keys)}
 	for i := range l.lines {
 		l.lines[i].freedAt = -1
 	}
@@ -60,7 +99,7 @@ func newKeyLines(keys int, slack time.Duration) *keyLines {
 func (l *keyLines) queued(k, client int, sent time.Duration) {
 	kl := &l.lines[k]
 	kl.mu.Lock()
-	kl.waiters = append(kl.waiters, waiter{client, sent})
+	kl.waiters = append(kl.waiters, waiter{client, sent, kl.last})
 	kl.mu.Unlock()
 }
 
@@ -79,6 +118,9 @@ func (l *keyLines) releasing(k int, sent time.Duration) {
 	kl := &l.lines[k]
 	kl.mu.Lock()
 	kl.freedAt = sent
+	if kl.holders > 0 {
+		kl.holders--
+	}
 	kl.mu.Unlock()
 }
 
@@ -86,6 +128,8 @@ func (l *keyLines) releasing(k int, sent time.Duration) {
 type grantCheck struct {
 	tokenOK bool // the token is greater than every earlier one of the key
 	fifoOK  bool // no waiter was overtaken
+	// permitsOK: shared holds: the grant left no more holders than permits
+	permitsOK bool
 	// handoff is the time from the release that freed the key being sent
 	// to this grant being read; -1 when no release preceded the grant.
 	handoff time.Duration
@@ -97,9 +141,13 @@ func (l *keyLines) granted(k, client int, token uint64, now time.Duration) grant
 	kl := &l.lines[k]
 	kl.mu.Lock()
 	defer kl.mu.Unlock()
-	g := grantCheck{tokenOK: kl.last == 0 || token > kl.last, fifoOK: true, handoff: -1}
+	if l.permits > 0 {
+		return kl.grantedShared(l, client, token)
+	}
+	g := grantCheck{tokenOK: kl.last == 0 || token > kl.last, fifoOK: true, permitsOK: true, handoff: -1}
 	kl.last = max(kl.last, token)
-	sent, found := kl.remove(client)
+	w, found := kl.remove(client)
+	sent := w.sent
 	if found {
 		for _, w := range kl.waiters {
 			if w.sent+l.slack < sent {
@@ -115,20 +163,48 @@ func (l *keyLines) granted(k, client int, token uint64, now time.Duration) grant
 	return g
 }
 
+// grantedShared is granted for a key of shared holds; kl.mu is held. It
+// measures no hand-off: which release let a grant in cannot be told.
+func (kl *keyLine) grantedShared(l *keyLines, client int, token uint64) grantCheck {
+	g := grantCheck{tokenOK: true, fifoOK: true, permitsOK: true, handoff: -1}
+	kl.last = max(kl.last, token)
+	kl.holders++
+	g.permitsOK = kl.holders <= l.permits
+	w, found := kl.remove(client)
+	if found && token <= w.seen {
+		g.tokenOK = false
+	}
+	for _, r := range kl.recent {
+		if r.token == token {
+			g.tokenOK = false
+		}
+		if found && (r.sent+l.slack < w.sent && r.token > token || w.sent+l.slack < r.sent && token > r.token) {
+			g.fifoOK = false
+		}
+	}
+	if found {
+		if len(kl.recent) == recentShared {
+			copy(kl.recent, kl.recent[1:])
+			kl.recent = kl.recent[:recentShared-1]
+		}
+		kl.recent = append(kl.recent, recentGrant{token, w.sent})
+	}
+	return g
+}
+
 // checked is the number of grants checked so far.
 func (l *keyLines) checked() int64 { return l.grants.Load() }
 
-// remove takes client's waiter out of the line and returns when it sent
-// its acquire. Lines are short (the clients of one key), so a scan is
-// cheaper than any index.
-func (kl *keyLine) remove(client int) (time.Duration, bool) {
+// remove takes client's waiter out of the line and returns it. Lines are
+// short (the clients of one key), so a scan is cheaper than any index.
+func (kl *keyLine) remove(client int) (waiter, bool) {
 	for i, w := range kl.waiters {
 		if w.client == client {
 			last := len(kl.waiters) - 1
 			kl.waiters[i] = kl.waiters[last]
 			kl.waiters = kl.waiters[:last]
-			return w.sent, true
+			return w, true
 		}
 	}
-	return 0, false
+	return waiter{}, false
 }

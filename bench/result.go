@@ -18,10 +18,13 @@ type Result struct {
 	// Via is how the server was driven: "wire" or "client".
 	Via string `json:"via,omitempty"`
 	// Owners: every acquire carried an owner (Config.Owners, or via client).
-	Owners bool     `json:"owners,omitempty"`
-	Addrs  []string `json:"addrs"`
-	Conns  int      `json:"conns"`
-	Depth  int      `json:"depth"`
+	Owners bool `json:"owners,omitempty"`
+	// Permits: every acquire was one of that many shared holds of its key
+	// (Config.Permits); absent for exclusive locks.
+	Permits int      `json:"permits,omitempty"`
+	Addrs   []string `json:"addrs"`
+	Conns   int      `json:"conns"`
+	Depth   int      `json:"depth"`
 	// Keys is the number of distinct keys the cycles use.
 	Keys    int   `json:"keys,omitempty"`
 	LeaseMs int64 `json:"lease_ms"`
@@ -73,6 +76,10 @@ type Result struct {
 	// TokenViolations counts grants whose token was not greater than the
 	// previous grant's of the same key.
 	TokenViolations int64 `json:"token_violations"`
+	// PermitViolations (contended with Permits) counts grants that made
+	// more holders of a key at once than its permits, as the client saw
+	// them (from reading a grant to sending its release).
+	PermitViolations int64 `json:"permit_violations,omitempty"`
 	// Behind (open loop) is the number of cycles that were due by the end
 	// and never started: the server did not keep up with Rate.
 	Behind int64 `json:"behind,omitempty"`
@@ -150,9 +157,11 @@ type Percentile struct {
 }
 
 // Failed reports whether the run saw the server break a promise the
-// benchmark checks (token order, FIFO order), as opposed to merely being
+// benchmark checks (token order, FIFO order, permits), as opposed to merely being
 // slow or erroring.
-func (r *Result) Failed() bool { return r.TokenViolations > 0 || r.FIFOViolations > 0 }
+func (r *Result) Failed() bool {
+	return r.TokenViolations > 0 || r.FIFOViolations > 0 || r.PermitViolations > 0
+}
 
 // Faults lists the errors that make the run's figures untrustworthy, as
 // "kind count" sorted by kind (the report's form): every kind of Errors
@@ -188,6 +197,7 @@ func newResult(cfg *Config) *Result {
 		Workload: cfg.Workload,
 		Via:      cfg.Via,
 		Owners:   cfg.Owners || cfg.Via == ViaClient,
+		Permits:  cfg.Permits,
 		Addrs:    cfg.Addrs,
 		Conns:    cfg.Conns,
 		Depth:    cfg.Depth,
@@ -208,6 +218,9 @@ func (r *Result) WriteText(w io.Writer) error {
 	}
 	if r.Owners {
 		via += ", with owners"
+	}
+	if r.Permits > 0 {
+		via += fmt.Sprintf(", shared holds of %d permits per key", r.Permits)
 	}
 	fmt.Fprintf(&b, "workload %s: %d conns x depth %d against %s%s, lease %dms, wait %dms\n",
 		r.Workload, r.Conns, r.Depth, strings.Join(r.Addrs, ","), via, r.LeaseMs, r.WaitMs)
@@ -253,10 +266,18 @@ func (r *Result) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "expiries     %d (%.0f/s): grants of keys whose holder never released\n", r.Expiries, r.ExpiriesPerSec)
 		}
 		writeLatency(&b, r)
-		if r.TokenViolations == 0 {
-			b.WriteString("tokens       every grant's token greater than the key's previous one\n")
-		} else {
+		switch {
+		case r.TokenViolations > 0:
 			fmt.Fprintf(&b, "tokens       %d VIOLATIONS: a key was granted a token not greater than before\n", r.TokenViolations)
+		case r.Permits > 0 && r.Workload == WorkloadContended:
+			b.WriteString("tokens       every grant's token new and greater than the key's tokens read before its acquire\n")
+		default:
+			b.WriteString("tokens       every grant's token greater than the key's previous one\n")
+		}
+		if r.PermitViolations > 0 {
+			fmt.Fprintf(&b, "permits      %d VIOLATIONS: a key had more than %d holders at once\n", r.PermitViolations, r.Permits)
+		} else if r.Permits > 0 && r.Workload == WorkloadContended {
+			fmt.Fprintf(&b, "permits      never more than %d holders of a key at once\n", r.Permits)
 		}
 		if r.FIFOChecked > 0 || r.FIFOViolations > 0 {
 			if r.FIFOViolations == 0 {

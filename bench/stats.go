@@ -111,6 +111,9 @@ type connStats struct {
 	errs       map[string]int64
 	violations int64 // token order
 	fifo       int64 // FIFO order
+	// overPermits: grants that made more holders of a key than its
+	// permits (Config.Permits)
+	overPermits int64
 }
 
 func (s *connStats) add(kind int, d time.Duration, measured bool) {
@@ -137,8 +140,9 @@ type recorder struct {
 	lastDone time.Duration // when the last measured cycle completed
 	errs     map[string]int64
 	errTotal int64
-	// violations and fifo count token-order and FIFO-order failures.
-	violations, fifo int64
+	// violations, fifo and overPermits count token-order, FIFO-order and
+	// permits failures.
+	violations, fifo, overPermits int64
 }
 
 func newRecorder() *recorder {
@@ -172,10 +176,11 @@ func (r *recorder) merge(s *connStats) {
 	}
 	r.violations += s.violations
 	r.fifo += s.fifo
+	r.overPermits += s.overPermits
 	r.mu.Unlock()
 
 	s.lat = s.lat[:0]
-	s.done, s.measured, s.requests, s.expiries, s.violations, s.fifo = 0, 0, 0, 0, 0, 0
+	s.done, s.measured, s.requests, s.expiries, s.violations, s.fifo, s.overPermits = 0, 0, 0, 0, 0, 0, 0
 	clear(s.errs)
 }
 

@@ -27,9 +27,9 @@ const viaMergeEvery = 64
 // runViaClient runs the uncontended or contended workload through package
 // client: Conns clients (each with its own connections, as Conns separate
 // processes would have), each used by Depth long-lived goroutines, one per
-// cycle slot, calling Acquire and then Lock.Release. Keys, checks and
-// figures are those of the wire driver (see runCycles); latencies are those
-// of the client calls. With Rate set, the Depth slots of a client share its
+// cycle slot, calling Acquire (AcquireShared with Config.Permits) and then
+// Lock.Release. Keys, checks and figures are those of the wire driver (see
+// runCycles); latencies are those of the client calls. With Rate set, the Depth slots of a client share its
 // Pacer, as the slots of a wire connection do: a slot that is free waits
 // for the client's next intended start, and a start that is due while every
 // slot is busy goes to the first slot to free up, its latency counted from
@@ -196,7 +196,13 @@ func (v *viaSlot) cycle(start time.Duration) bool {
 		// when it should have been (as the wire driver gives it).
 		v.lines.queued(s.idx, s.client, v.p.now())
 	}
-	lock, err := v.cl.Acquire(v.ctx, key, v.cfg.Lease, v.cfg.Wait)
+	var lock *client.Lock
+	var err error
+	if v.cfg.Permits > 0 {
+		lock, err = v.cl.AcquireShared(v.ctx, key, v.cfg.Permits, v.cfg.Lease, v.cfg.Wait)
+	} else {
+		lock, err = v.cl.Acquire(v.ctx, key, v.cfg.Lease, v.cfg.Wait)
+	}
 	now := v.p.now()
 	if err != nil {
 		v.st.addErr(clientErrKind(err), 1)

@@ -9,8 +9,14 @@
 // token (or none) frees the key and grants it to the queue's head (or, with
 // Options.LIFO, to its tail: a broken server). K with the holder's token
 // answers OK, Q answers HELD (with the lease as remaining time) or FREE.
-// Leases never run out; owners are counted (Owners), not acted on. Anything
-// else is ERR badrequest.
+// Leases never run out; owners are counted (Owners), not acted on. S
+// (shared holds, protocol 1.4) makes the key a semaphore of its permits:
+// granted while fewer holders than that hold it and nobody waits, queued
+// (or TIMEOUT) as A is otherwise; R with a holder's token frees that hold
+// and grants the waiters that fit, K extends it, Q answers SHARED, and an
+// S whose permits differ from the key's is ERR badrequest (the fake does
+// not mix A and S on one key: either on a key the other holds is ERR
+// badrequest too). Anything else is ERR badrequest.
 package benchtest
 
 import (
@@ -56,12 +62,21 @@ type lock struct {
 	token   uint64
 	leaseMs uint32
 	waiters []waiter
+	// Shared holds: the key's permits (0: held by A) and its holders'
+	// tokens and leases.
+	permits uint32
+	shared  map[uint64]uint32
 }
 
 // waiter is a queued acquire.
 type waiter struct {
 	c       *conn
 	leaseMs uint32
+}
+
+// fits reports whether l, a key of shared holds, takes one more holder.
+func (s *Server) fits(l *lock) bool {
+	return len(l.shared) < int(l.permits)
 }
 
 // conn is one client connection. Grants to queued acquires are written by
@@ -223,6 +238,10 @@ func (s *Server) answer(c *conn, out []byte, others []delivery, line []byte, req
 		if len(req.Owner) > 0 {
 			s.owners[string(req.Owner)]++
 		}
+		if l != nil && l.permits > 0 {
+			resp.Status, resp.Code = codec.StatusErr, []byte(codec.CodeBadRequest)
+			break
+		}
 		if l == nil {
 			l = &lock{}
 			s.held[string(req.Key)] = l
@@ -235,7 +254,39 @@ func (s *Server) answer(c *conn, out []byte, others []delivery, line []byte, req
 		}
 		l.waiters = append(l.waiters, waiter{c, req.LeaseMs})
 		return out, others
+	case codec.OpShared:
+		if len(req.Owner) > 0 {
+			s.owners[string(req.Owner)]++
+		}
+		switch {
+		case l == nil:
+			l = &lock{permits: req.Permits, shared: make(map[uint64]uint32)}
+			s.held[string(req.Key)] = l
+		case l.permits != req.Permits:
+			resp.Status, resp.Code = codec.StatusErr, []byte(codec.CodeBadRequest)
+			return codec.AppendResponse(out, &resp), others
+		case !s.fits(l) || len(l.waiters) > 0:
+			if !s.opts.Queue || req.WaitMs == codec.WaitNone {
+				resp.Status = codec.StatusTimeout
+				return codec.AppendResponse(out, &resp), others
+			}
+			l.waiters = append(l.waiters, waiter{c, req.LeaseMs})
+			return out, others
+		}
+		resp.Status, resp.Token = codec.StatusOK, s.grantShared(l, req.LeaseMs)
 	case codec.OpRelease:
+		if l != nil && l.permits > 0 {
+			resp.Status = codec.StatusNotHeld
+			if _, ok := l.shared[req.Token]; ok || (req.Token == 0 && len(l.shared) > 0) {
+				resp.Status = codec.StatusOK
+				if req.Token == 0 {
+					clear(l.shared)
+				}
+				delete(l.shared, req.Token)
+				others = s.handOffShared(l, req.Key, others)
+			}
+			break
+		}
 		if l == nil || (req.Token != 0 && req.Token != l.token) {
 			resp.Status = codec.StatusNotHeld
 			break
@@ -243,6 +294,14 @@ func (s *Server) answer(c *conn, out []byte, others []delivery, line []byte, req
 		resp.Status = codec.StatusOK
 		others = s.handOff(l, req.Key, others)
 	case codec.OpExtend:
+		if l != nil && l.permits > 0 {
+			resp.Status = codec.StatusNotHeld
+			if _, ok := l.shared[req.Token]; ok {
+				l.shared[req.Token] = req.LeaseMs
+				resp.Status = codec.StatusOK
+			}
+			break
+		}
 		if l == nil || req.Token != l.token {
 			resp.Status = codec.StatusNotHeld
 			break
@@ -252,6 +311,10 @@ func (s *Server) answer(c *conn, out []byte, others []delivery, line []byte, req
 	case codec.OpQuery:
 		if l == nil {
 			resp.Status = codec.StatusFree
+			break
+		}
+		if l.permits > 0 {
+			resp.Status, resp.Holders, resp.Permits = codec.StatusShared, uint64(len(l.shared)), uint64(l.permits)
 			break
 		}
 		resp.Status, resp.Token, resp.RemainingMs = codec.StatusHeld, l.token, uint64(l.leaseMs)
@@ -269,6 +332,42 @@ func (s *Server) grant(l *lock, leaseMs uint32) uint64 {
 	}
 	l.leaseMs = leaseMs
 	return l.token
+}
+
+// grantShared adds a holder to l, a key of shared holds, with a fresh
+// token; s.mu is held.
+func (s *Server) grantShared(l *lock, leaseMs uint32) uint64 {
+	token := s.opts.FixedToken
+	if token == 0 {
+		token = s.token.Add(1)
+	}
+	l.shared[token] = leaseMs
+	return token
+}
+
+// handOffShared grants l, a key of shared holds, to the live waiters that
+// fit, in queue order (Options.LIFO: newest first), or frees key when
+// nobody holds or waits; s.mu is held.
+func (s *Server) handOffShared(l *lock, key []byte, others []delivery) []delivery {
+	for len(l.waiters) > 0 && s.fits(l) {
+		var w waiter
+		if s.opts.LIFO {
+			w = l.waiters[len(l.waiters)-1]
+			l.waiters = l.waiters[:len(l.waiters)-1]
+		} else {
+			w = l.waiters[0]
+			l.waiters = l.waiters[1:]
+		}
+		if w.c.closed {
+			continue
+		}
+		resp := codec.Response{Op: codec.OpShared, Key: key, Status: codec.StatusOK, Token: s.grantShared(l, w.leaseMs)}
+		others = append(others, delivery{w.c, codec.AppendResponse(nil, &resp)})
+	}
+	if len(l.shared) == 0 && len(l.waiters) == 0 {
+		delete(s.held, string(key))
+	}
+	return others
 }
 
 // handOff passes l to its next live waiter, or frees key; s.mu is held.

@@ -88,6 +88,19 @@ Flags:
                      one per cycle, as the Go client sends: run with and
                      without to see what owners cost (--via client always
                      sends them; not for hold)
+  --permits N        uncontended, contended: every acquire is one of N shared
+                     holds of its key (S key N lease wait, protocol 1.4; the
+                     cluster must be at cluster version 4) instead of its
+                     exclusive lock: every key a semaphore of N. Contended
+                     then checks what a semaphore promises instead of the
+                     lock's order: never more than N holders of a key at
+                     once as seen from here, every token new and greater
+                     than the key's tokens read before its acquire, and no
+                     acquire granted a smaller token than one sent more
+                     than --fifo-slack earlier. E.g. a semaphore against
+                     as many locks: --workload contended --conns 64 --keys
+                     1 --permits 16, then --keys 16 without --permits.
+                     0 = exclusive locks (default 0)
   --ops N            stop after N measured cycles if --duration has not
                      ended the run first; 0 = no limit (default 0)
   --warmup DURATION  run this long first without recording (default 1s;
@@ -121,7 +134,8 @@ measured; a second one exits at once.
 
 Exit status: 0 done; 1 could not connect (a refused TLS handshake or
 secret included), the server broke a promise the run checks (a key granted
-a token not greater than before, or a grant out of FIFO order), or the run
+a token not greater than before, a grant out of FIFO order, or more holders
+of a key than --permits), or the run
 had errors (an ERR or MOVED answer, a disconnect, a request left
 unanswered: anything in the report's errors line but TIMEOUT and NOTHELD),
 said in one line on stderr after the report; 2 bad flags; 130 interrupted
@@ -165,6 +179,7 @@ func benchFlags(o *benchOpts, wait *waitFlag, getenv func(string) string) *flag.
 	fs.IntVar(&c.IdleConns, "idle-conns", 0, "")
 	fs.BoolVar(&c.Keep, "keep", false, "")
 	fs.BoolVar(&c.Owners, "owners", false, "")
+	fs.IntVar(&c.Permits, "permits", 0, "")
 	fs.IntVar(&o.pid, "pid", 0, "")
 	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "")
 	fs.StringVar(&o.jsonPath, "json", "", "")
@@ -289,8 +304,12 @@ func runBench(e env, args []string) int {
 		return exitInterrupted
 	}
 	if res.Failed() {
-		fmt.Fprintf(e.stderr, "baton bench: the server broke its promises: %d token order violations, %d FIFO order violations\n",
+		fmt.Fprintf(e.stderr, "baton bench: the server broke its promises: %d token order violations, %d FIFO order violations",
 			res.TokenViolations, res.FIFOViolations)
+		if res.Permits > 0 {
+			fmt.Fprintf(e.stderr, ", %d grants beyond the permits", res.PermitViolations)
+		}
+		fmt.Fprintln(e.stderr)
 		return exitFailed
 	}
 	if faults := res.Faults(); len(faults) > 0 {

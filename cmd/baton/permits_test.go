@@ -1,11 +1,18 @@
 package main
 
 // baton lock --permits (shared holds, protocol 1.4) against a scripted
-// server: the S it sends, the holder's own token, and the refusals.
+// server: the S it sends, the holder's own token, the refusals; baton bench
+// --permits.
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/baton-dev/baton/bench"
+	"github.com/baton-dev/baton/bench/benchtest"
 )
 
 // TestLockPermits: --permits N acquires with S (N, the lease, the wait and
@@ -93,5 +100,43 @@ func TestLockPermitsBadUsage(t *testing.T) {
 	code, _, errs := runArgs(t, nil, "lock", "k", "--permits", "1000001", "--", "true")
 	if code != exitBadUsage || !strings.Contains(errs, "--permits 1000001: want 1 to 1000000") {
 		t.Errorf("--permits 1000001: exit %d, %q", code, errs)
+	}
+}
+
+// TestBenchPermitsAgainstFake: baton bench --permits runs the contended
+// workload as a semaphore (S requests) and reports it; --permits is
+// refused where it means nothing.
+func TestBenchPermitsAgainstFake(t *testing.T) {
+	srv, err := benchtest.Start(benchtest.Options{Queue: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	path := filepath.Join(t.TempDir(), "r.json")
+	code, out, errs := runArgs(t, map[string]string{"BATON_ADDR": srv.Addr()},
+		"bench", "--workload", "contended", "--conns", "6", "--permits", "2", "--duration", "500ms", "--warmup", "100ms", "--json", path)
+	if code != exitOK || !strings.Contains(out, "2 permits per key") || !strings.Contains(out, "never more than 2 holders") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res bench.Result
+	if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Permits != 2 || res.Cycles == 0 || len(res.Errors) != 0 || res.Failed() {
+		t.Fatalf("result %+v", res)
+	}
+	for _, args := range [][]string{
+		{"bench", "--permits", "-1"},
+		{"bench", "--permits", "1000001"},
+		{"bench", "--workload", "mixed", "--permits", "2"},
+		{"bench", "--workload", "hold", "--permits", "2"},
+	} {
+		if code, _, errs := runArgs(t, nil, args...); code != exitBadUsage || !strings.Contains(errs, "permits") {
+			t.Errorf("%v: exit %d, %q", args, code, errs)
+		}
 	}
 }
