@@ -4,17 +4,36 @@ package engine
 
 import "os"
 
-// The planted bug of the engine for the chaos run's mutation check
+// The planted bugs of the engine for the chaos run's mutation check
 // (tools/chaos, TestChaosCatchesPlantedBugs): a batond built with
 // -tags chaosmutation and run with BATON_MUTATION=early-expiry expires
-// leases early, so that the test can show that the chaos run catches it.
-// A normal build compiles mutation_off.go instead.
+// leases early, and with BATON_MUTATION=shared-overcommit grants one
+// shared hold more than a key's permits (with the state machine's half of
+// that bug: statemachine/mutation_on.go), so that the test can show that
+// the chaos run catches them. A normal build compiles mutation_off.go
+// instead.
 
-// mutationEarlyExpiry names the bug, as BATON_MUTATION selects it.
-const mutationEarlyExpiry = "early-expiry"
+// Names of the bugs, as BATON_MUTATION selects them.
+const (
+	mutationEarlyExpiry      = "early-expiry"
+	mutationSharedOvercommit = "shared-overcommit"
+)
 
-// earlyExpiry is whether this process plants the bug, read once.
-var earlyExpiry = os.Getenv("BATON_MUTATION") == mutationEarlyExpiry
+// earlyExpiry and sharedOvercommit say whether this process plants the
+// bug, read once.
+var (
+	earlyExpiry      = os.Getenv("BATON_MUTATION") == mutationEarlyExpiry
+	sharedOvercommit = os.Getenv("BATON_MUTATION") == mutationSharedOvercommit
+)
+
+// plantedPermits is called by grantFitting with the permits of a shared
+// waiter, and returns the permits it lets in: one more with the bug.
+func plantedPermits(permits int32) int32 {
+	if sharedOvercommit {
+		return permits + 1
+	}
+	return permits
+}
 
 // plantedDeadline is called by setDeadline with the deadline d of a lease
 // of leaseMs from now, and returns the deadline to keep: with the bug

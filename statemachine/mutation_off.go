@@ -7,3 +7,7 @@ package statemachine
 // there is no bug to plant: it returns held as it is, and the compiler
 // inlines it to nothing.
 func (*table) plantedGrant(_ []byte, held bool, _ uint32) bool { return held }
+
+// plantedFull is the hook of the chaos run's planted shared-overcommit
+// bug: in a normal build it returns full as it is.
+func plantedFull(full bool) bool { return full }

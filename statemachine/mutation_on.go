@@ -19,7 +19,16 @@ const (
 	// mutationGrantHeld: a Grant of a key that is held succeeds, with a new
 	// token, instead of being rejected.
 	mutationGrantHeld = "grant-held"
+	// mutationSharedOvercommit: a shared Grant of a key whose permits are
+	// all taken succeeds (with the engine's half: engine/mutation_on.go).
+	mutationSharedOvercommit = "shared-overcommit"
 )
+
+// plantedFull is called by grantShared with whether every permit of the
+// key is taken, and returns what it should take that to be.
+func plantedFull(full bool) bool {
+	return full && mutation != mutationSharedOvercommit
+}
 
 // mutation is the planted bug selected for this process, read once.
 var mutation = os.Getenv("BATON_MUTATION")

@@ -140,6 +140,7 @@ var plantedBugs = []struct {
 	{"token-reuse", CheckerTokens, "every few grants the state machine does not advance its token counter"},
 	{"grant-held", CheckerLinearizability, "the state machine grants a key that is held, with a new token"},
 	{"early-expiry", CheckerLinearizability, "the engine expires leases after half their time"},
+	{"shared-overcommit", CheckerShared, "the engine and the state machine grant one shared hold more than a key's permits"},
 }
 
 // mutationDuration is how long each planted-bug run lasts. Each bug has

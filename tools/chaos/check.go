@@ -62,8 +62,9 @@ func (r Report) OK() bool { return len(r.Violations) == 0 }
 
 // Check runs every checker on the history h and the recorder's problems:
 // exactly one answer per request (every problem is a violation), nothing
-// hangs, fencing tokens increase and are never reused, and each key's
-// history is linearizable against the lock model.
+// hangs, fencing tokens increase and are never reused, each key's
+// history is linearizable against the lock model, and each shared key's
+// agrees with a lock table that has permits (shared.go).
 func Check(h []Op, problems []string, cfg CheckConfig) Report {
 	if cfg.AnswerBound <= 0 {
 		cfg.AnswerBound = DefaultAnswerBound
@@ -84,6 +85,7 @@ func Check(h []Op, problems []string, cfg CheckConfig) Report {
 	locks := slices.DeleteFunc(slices.Clone(h), func(o Op) bool { return o.Op == codec.OpCluster || o.Op == codec.OpMember })
 	rep.Violations = append(rep.Violations, checkTokens(locks)...)
 	rep.Violations = append(rep.Violations, checkLinearizable(locks, cfg, &rep)...)
+	rep.Violations = append(rep.Violations, checkShared(locks)...)
 	return rep
 }
 
@@ -168,7 +170,7 @@ func checkTokens(h []Op) []string {
 		if !o.Answered {
 			continue
 		}
-		isGrant := o.Op == codec.OpAcquire && o.Status == codec.StatusOK
+		isGrant := o.isAcquire() && o.Status == codec.StatusOK
 		if !isGrant && o.Status != codec.StatusHeld {
 			continue
 		}
@@ -324,6 +326,9 @@ func porcupineHistories(h []Op) []*keyCheck {
 	byKey := make(map[string][]*Op)
 	for i := range h {
 		o := &h[i]
+		if isSharedKey(o.Key) {
+			continue // the shared checker's (shared.go): the model is of an exclusive lock
+		}
 		switch o.outcome() {
 		case outcomeNone:
 			continue
@@ -401,7 +406,7 @@ func newLeaseBounds(h []Op) leaseBounds {
 	b := make(leaseBounds)
 	for i := range h {
 		o := &h[i]
-		if o.Op == codec.OpAcquire && o.Owner != "" {
+		if o.isAcquire() && o.Owner != "" {
 			k := ownerKey{o.Key, o.Owner}
 			b[k] = append(b[k], attempt{call: o.Call, minEnd: o.Call + leaseDur(o.LeaseMs)})
 		}

@@ -10,19 +10,22 @@ import (
 // Op is one request as seen on the wire by the recorder.
 type Op struct {
 	Conn        int           // which recorded connection, 1-based in Wrap order
-	Op          byte          // codec.OpAcquire, OpRelease, OpExtend or OpQuery
+	Op          byte          // codec.OpAcquire, OpShared, OpRelease, OpExtend or OpQuery
 	Key         string        // the request's key
-	LeaseMs     uint32        // A, K
-	WaitMs      int64         // A (codec.WaitNone = -1 try-lock, 0 forever)
+	Permits     uint32        // S
+	LeaseMs     uint32        // A, S, K
+	WaitMs      int64         // A, S (codec.WaitNone = -1 try-lock, 0 forever)
 	Token       uint64        // R (0: whoever holds), K
-	Owner       string        // A: the owner it names (protocol 1.1); "" when none
+	Owner       string        // A, S: the owner it names (protocol 1.1); "" when none
 	Call        time.Duration // since the recorder started: before the request's bytes were written
 	Return      time.Duration // when its answer line was read, or when it became unknown
 	Answered    bool          // false: no answer came (the connection failed first, or the run ended)
 	Status      codec.Status  // the answer, when Answered
-	RespToken   uint64        // A OK, Q HELD
+	RespToken   uint64        // A OK, S OK, Q HELD
 	RemainingMs uint64        // Q HELD
 	RespOwner   string        // Q HELD: the holder's owner, as shown; "" when the grant has none
+	RespHolders uint64        // Q SHARED
+	RespPermits uint64        // Q SHARED
 	Code        string        // ERR code
 }
 
@@ -48,7 +51,7 @@ func (o *Op) outcome() outcome {
 	case o.Answered && o.Status == codec.StatusMoved:
 		return outcomeNone
 	case o.Op == codec.OpQuery:
-		if o.Answered && (o.Status == codec.StatusHeld || o.Status == codec.StatusFree) {
+		if o.Answered && (o.Status == codec.StatusHeld || o.Status == codec.StatusFree || o.Status == codec.StatusShared) {
 			return outcomeKnown
 		}
 		return outcomeNone
@@ -62,7 +65,7 @@ func (o *Op) outcome() outcome {
 // its own wait, for an acquire that waits a while, plus slack. ok is false
 // for an acquire that waits forever, which may rightly never be answered.
 func (o *Op) answerBound(slack time.Duration) (d time.Duration, ok bool) {
-	if o.Op != codec.OpAcquire {
+	if !o.isAcquire() {
 		return slack, true
 	}
 	switch {
@@ -93,7 +96,7 @@ func (o *Op) String() string {
 
 // appendRequest appends o's request line, without its LF.
 func appendRequest(b []byte, o *Op) []byte {
-	req := codec.Request{Op: o.Op, Key: []byte(o.Key), LeaseMs: o.LeaseMs, WaitMs: o.WaitMs, Token: o.Token, Owner: []byte(o.Owner)}
+	req := codec.Request{Op: o.Op, Key: []byte(o.Key), Permits: o.Permits, LeaseMs: o.LeaseMs, WaitMs: o.WaitMs, Token: o.Token, Owner: []byte(o.Owner)}
 	b = codec.AppendRequest(b, &req)
 	return b[:len(b)-1]
 }
@@ -106,9 +109,14 @@ func appendAnswer(b []byte, o *Op) []byte {
 	}
 	b = append(b, o.Status.String()...)
 	switch {
-	case o.Status == codec.StatusOK && o.Op == codec.OpAcquire:
+	case o.Status == codec.StatusOK && o.isAcquire():
 		b = append(b, ' ')
 		b = strconv.AppendUint(b, o.RespToken, 10)
+	case o.Status == codec.StatusShared:
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, o.RespHolders, 10)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, o.RespPermits, 10)
 	case o.Status == codec.StatusHeld:
 		b = append(b, ' ')
 		b = strconv.AppendUint(b, o.RespToken, 10)
@@ -124,6 +132,12 @@ func appendAnswer(b []byte, o *Op) []byte {
 	}
 	return b
 }
+
+// isAcquire reports whether o is an acquire: exclusive (A) or shared (S).
+func (o *Op) isAcquire() bool { return o.Op == codec.OpAcquire || o.Op == codec.OpShared }
+
+// isGrant reports whether o is an acquire answered OK.
+func (o *Op) isGrant() bool { return o.isAcquire() && o.Answered && o.Status == codec.StatusOK }
 
 // grantOwner is the owner o names for the grant of its token: the
 // request's owner for an A answered OK, the owner shown for a Q HELD.

@@ -233,7 +233,7 @@ func (c *recConn) sent(b []byte, t time.Duration) {
 func (c *recConn) registerLocked(req *codec.Request, t time.Duration) {
 	r := c.rec
 	op := Op{
-		Conn: c.id, Op: req.Op, Key: r.internLocked(req.Key),
+		Conn: c.id, Op: req.Op, Key: r.internLocked(req.Key), Permits: req.Permits,
 		LeaseMs: req.LeaseMs, WaitMs: req.WaitMs, Token: req.Token,
 		// A copy: req.Owner aliases the caller's buffer. Owners are not
 		// interned like keys, since each acquire has its own.
@@ -322,6 +322,7 @@ func (c *recConn) answerLocked(line []byte, t time.Duration) {
 	op := &r.ops[i]
 	op.Return, op.Answered, op.Status = t, true, resp.Status
 	op.RespToken, op.RemainingMs = resp.Token, resp.RemainingMs
+	op.RespHolders, op.RespPermits = resp.Holders, resp.Permits
 	op.RespOwner = string(resp.Owner) // a copy: resp.Owner aliases rbuf
 	if resp.Status == codec.StatusErr {
 		op.Code = string(resp.Code)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/client"
-	"github.com/baton-dev/baton/codec"
 	"github.com/baton-dev/baton/tools/harness"
 )
 
@@ -30,10 +29,14 @@ var ProbeKeys = []string{"chaos/probe-0", "chaos/probe-1", "chaos/probe-2", "cha
 
 // Defaults of Config.
 const (
-	DefaultNodes    = 3
-	DefaultWorkers  = 12
-	DefaultClients  = 3
-	DefaultDuration = 60 * time.Second
+	DefaultNodes   = 3
+	DefaultWorkers = 12
+	// DefaultSharedWorkers is how many shared workers (shared.go) run
+	// beside the workers: three for each of the two SharedKeys, whose
+	// permits are 2, so that they queue.
+	DefaultSharedWorkers = 6
+	DefaultClients       = 3
+	DefaultDuration      = 60 * time.Second
 	// AnswerBound is the slack Check gives every request beyond its own
 	// wait: a failover, a restart and a few retries fit in it.
 	AnswerBound = 15 * time.Second
@@ -257,7 +260,7 @@ func Run(t *testing.T, cfg Config) Result {
 	for i, n := range nodes {
 		addrs[i] = n.ClientAddr
 	}
-	allKeys := append(slices.Clone(cfg.Keys), ProbeKeys...)
+	allKeys := append(append(slices.Clone(cfg.Keys), ProbeKeys...), SharedKeys...)
 	if err := waitLeaders(addrs, allKeys, leadersWithin); err != nil {
 		t.Logf("chaos: starting the workload anyway: %v", err)
 	}
@@ -268,9 +271,11 @@ func Run(t *testing.T, cfg Config) Result {
 	wl := StartWorkload(WorkloadConfig{
 		Keys: cfg.Keys, ProbeKeys: ProbeKeys, Workers: cfg.Workers, Clients: clients,
 		Resource: resource, Clock: rec.Since, Seed: cfg.Seed, Generation: KeyGeneration,
+		SharedKeys: SharedKeys, SharedWorkers: DefaultSharedWorkers,
 	})
-	// A watcher on each of the workload's first keys (protocol 1.4).
-	watchers := StartWatchers(addrs, cfg.Keys[:min(watchedKeys, len(cfg.Keys))])
+	// A watcher on each of the workload's first keys and on the first
+	// shared key (protocol 1.4).
+	watchers := StartWatchers(addrs, append(slices.Clone(cfg.Keys[:min(watchedKeys, len(cfg.Keys))]), SharedKeys[0]))
 	var watchOnce sync.Once
 	var sessions []WatchSession
 	stopWatchers := func() { watchOnce.Do(func() { sessions = watchers.Stop() }) }
@@ -558,7 +563,7 @@ func freeEverywhere(nodes []*harness.Node, keys []string) []string {
 func grantTimes(h []Op) []time.Duration {
 	var g []time.Duration
 	for i := range h {
-		if h[i].Op == codec.OpAcquire && h[i].Answered && h[i].Status == codec.StatusOK {
+		if h[i].isGrant() {
 			g = append(g, h[i].Return)
 		}
 	}
@@ -645,8 +650,8 @@ func summary(r Result) string {
 	}
 	c := r.Config
 	fmt.Fprintf(&b, "seed %d: %s\n", c.Seed, verdict)
-	fmt.Fprintf(&b, "cluster: %d nodes, 4 shards; workload: %v, %d workers over %d keys, %d clients\n",
-		c.Nodes, c.Duration, c.Workers, len(c.Keys), c.Clients)
+	fmt.Fprintf(&b, "cluster: %d nodes, 4 shards; workload: %v, %d workers over %d keys, %d shared workers over %d keys of permits %d, %d clients\n",
+		c.Nodes, c.Duration, c.Workers, len(c.Keys), DefaultSharedWorkers, len(SharedKeys), SharedPermits, c.Clients)
 	counts := make(map[FaultKind]int)
 	for _, f := range r.Faults {
 		counts[f.Kind]++

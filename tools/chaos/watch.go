@@ -17,8 +17,9 @@ import (
 // wherever it can after an ERR or a lost connection, and records what each
 // session (one W, until its end) said. The watch checker holds each
 // session to what the protocol promises, against the grants the history
-// shows: the tokens of its HELD lines grow, and no grant is skipped
-// between two of them.
+// shows: the tokens of its HELD lines grow, no exclusive grant is skipped
+// between two of them, and no shared one either unless a SHARED line came
+// between them (its count includes it; a SHARED line names no token).
 
 // CheckerWatch: a watch session's lines disagree with the grants.
 const CheckerWatch = "watch"
@@ -33,10 +34,18 @@ const (
 type WatchSession struct {
 	Key  string
 	Addr string // the node it ran on
-	// States are its lines in order: a HELD line's token, 0 for FREE.
+	// States are its lines in order: a HELD line's token, 0 for FREE,
+	// SharedLine for SHARED.
 	States []uint64
-	End    string // how it ended: "MOVED <addr>", "ERR ...", the read's error, "stopped"
+	// Bad are lines wrong on their own: a SHARED line whose count is not
+	// within 1..permits.
+	Bad []string
+	End string // how it ended: "MOVED <addr>", "ERR ...", the read's error, "stopped"
 }
+
+// SharedLine stands for a SHARED line in WatchSession.States: no token
+// comes near it.
+const SharedLine = ^uint64(0)
 
 // Watchers watch keys until Stop.
 type Watchers struct {
@@ -187,6 +196,11 @@ func (w *Watchers) session(key, addr string) WatchSession {
 			s.States = append(s.States, resp.Token)
 		case codec.StatusFree:
 			s.States = append(s.States, 0)
+		case codec.StatusShared:
+			s.States = append(s.States, SharedLine)
+			if resp.Holders < 1 || resp.Holders > resp.Permits {
+				s.Bad = append(s.Bad, strings.TrimSpace(line))
+			}
 		case codec.StatusMoved:
 			s.End = "MOVED " + string(resp.Addr)
 			return s
@@ -216,38 +230,63 @@ func askLine(addr, line string, timeout time.Duration) (string, error) {
 }
 
 // CheckWatches holds the sessions to the history's grants (the tokens of
-// the acquires answered OK): within a session the HELD tokens grow, and
-// no grant of the key has a token between two HELD tokens that follow
-// each other in the session (nothing is skipped: PROTOCOL.md, Watch).
+// the acquires answered OK): within a session the HELD tokens grow, no
+// exclusive grant of the key has a token between two HELD tokens that
+// follow each other in the session, and no shared grant either unless a
+// SHARED line came between them (nothing is skipped: PROTOCOL.md, Watch);
+// a HELD line never shows a shared grant's token.
 func CheckWatches(sessions []WatchSession, h []Op) []string {
-	granted := map[string][]uint64{}
+	exclusive, shared := map[string][]uint64{}, map[string][]uint64{}
 	for i := range h {
-		if op := &h[i]; op.Op == codec.OpAcquire && op.Answered && op.Status == codec.StatusOK {
-			granted[op.Key] = append(granted[op.Key], op.RespToken)
+		if op := &h[i]; op.isGrant() {
+			if op.Op == codec.OpShared {
+				shared[op.Key] = append(shared[op.Key], op.RespToken)
+			} else {
+				exclusive[op.Key] = append(exclusive[op.Key], op.RespToken)
+			}
 		}
 	}
-	for k := range granted {
-		slices.Sort(granted[k])
-		granted[k] = slices.Compact(granted[k])
+	for _, m := range []map[string][]uint64{exclusive, shared} {
+		for k := range m {
+			slices.Sort(m[k])
+			m[k] = slices.Compact(m[k])
+		}
+	}
+	// between is the first of the sorted tokens g in (after, before).
+	between := func(g []uint64, after, before uint64) (uint64, bool) {
+		if i, _ := slices.BinarySearch(g, after+1); i < len(g) && g[i] < before {
+			return g[i], true
+		}
+		return 0, false
 	}
 	f := findings{name: CheckerWatch}
 	for _, s := range sessions {
-		last := uint64(0)
+		for _, b := range s.Bad {
+			f.add("%s: a watch on %s (ended %s) said %q", s.Key, s.Addr, s.End, b)
+		}
+		last, sawShared := uint64(0), false
 		for _, tok := range s.States {
-			if tok == 0 {
+			switch tok {
+			case 0:
 				continue
+			case SharedLine:
+				sawShared = true
+				continue
+			}
+			if _, ok := slices.BinarySearch(shared[s.Key], tok); ok {
+				f.add("%s: a watch on %s (ended %s) showed the shared grant %d as HELD: %v", s.Key, s.Addr, s.End, tok, s.States)
 			}
 			switch {
 			case tok <= last:
 				f.add("%s: a watch on %s (ended %s) saw token %d after %d: %v", s.Key, s.Addr, s.End, tok, last, s.States)
 			case last != 0:
-				g := granted[s.Key]
-				i, _ := slices.BinarySearch(g, last+1)
-				if i < len(g) && g[i] < tok {
-					f.add("%s: a watch on %s (ended %s) skipped the grant of token %d, between %d and %d: %v", s.Key, s.Addr, s.End, g[i], last, tok, s.States)
+				if g, ok := between(exclusive[s.Key], last, tok); ok {
+					f.add("%s: a watch on %s (ended %s) skipped the grant of token %d, between %d and %d: %v", s.Key, s.Addr, s.End, g, last, tok, s.States)
+				} else if g, ok := between(shared[s.Key], last, tok); ok && !sawShared {
+					f.add("%s: a watch on %s (ended %s) skipped the shared grant of token %d, between %d and %d, with no SHARED line: %v", s.Key, s.Addr, s.End, g, last, tok, s.States)
 				}
 			}
-			last = tok
+			last, sawShared = tok, false
 		}
 	}
 	return f.lines()

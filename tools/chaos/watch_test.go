@@ -14,7 +14,11 @@ func TestCheckWatches(t *testing.T) {
 	grant := func(key string, tok uint64) Op {
 		return Op{Op: codec.OpAcquire, Key: key, Answered: true, Status: codec.StatusOK, RespToken: tok}
 	}
+	shared := func(key string, tok uint64) Op {
+		return Op{Op: codec.OpShared, Key: key, Answered: true, Status: codec.StatusOK, RespToken: tok}
+	}
 	h := []Op{grant("k", 5), grant("k", 9), grant("k", 13), grant("k", 17), grant("j", 6),
+		grant("s", 2), shared("s", 4), shared("s", 6), grant("s", 8),
 		{Op: codec.OpAcquire, Key: "k", Answered: true, Status: codec.StatusTimeout}}
 	for _, tt := range []struct {
 		name     string
@@ -27,6 +31,10 @@ func TestCheckWatches(t *testing.T) {
 		{"a skipped grant", []WatchSession{{Key: "k", States: []uint64{5, 0, 13}}}, "skipped the grant of token 9"},
 		{"tokens going back", []WatchSession{{Key: "k", States: []uint64{9, 5}}}, "saw token 5 after 9"},
 		{"another key's grants do not count", []WatchSession{{Key: "j", States: []uint64{0, 6}}, {Key: "k", States: []uint64{5, 9}}}, ""},
+		{"shared grants in a SHARED line", []WatchSession{{Key: "s", States: []uint64{2, SharedLine, 0, 8}}}, ""},
+		{"a shared grant skipped", []WatchSession{{Key: "s", States: []uint64{2, 0, 8}}}, "skipped the shared grant of token 4"},
+		{"a shared grant shown as HELD", []WatchSession{{Key: "s", States: []uint64{2, 4}}}, "showed the shared grant 4 as HELD"},
+		{"a SHARED line past its permits", []WatchSession{{Key: "s", States: []uint64{SharedLine}, Bad: []string{"W s SHARED 3 2"}}}, `said "W s SHARED 3 2"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := CheckWatches(tt.sessions, h)

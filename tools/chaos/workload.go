@@ -69,6 +69,10 @@ type WorkloadConfig struct {
 	// ProbeKeys are replaced by new names on the same shards (keys.go).
 	// 0 means never.
 	Generation time.Duration
+	// SharedKeys are the shared workers' keys (shared.go), used by
+	// SharedWorkers more workers; none means no shared worker.
+	SharedKeys    []string
+	SharedWorkers int
 }
 
 // Workload is the client side of a chaos run: Workers goroutines that
@@ -102,6 +106,28 @@ func StartWorkload(cfg WorkloadConfig) *Workload {
 			rng:  rand.New(rand.NewPCG(cfg.Seed, uint64(i+1))),
 			stop: w.stop,
 			ops:  make(map[string]int),
+		}
+		w.workers = append(w.workers, wk)
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			wk.run()
+		}()
+	}
+	for i := range cfg.SharedWorkers {
+		if len(cfg.SharedKeys) == 0 {
+			break
+		}
+		id := cfg.Workers + i + 1
+		wk := &worker{
+			id:     id,
+			cfg:    &w.cfg,
+			keys:   w.keys,
+			cl:     cfg.Clients[id%len(cfg.Clients)],
+			rng:    rand.New(rand.NewPCG(cfg.Seed, uint64(id))),
+			stop:   w.stop,
+			ops:    make(map[string]int),
+			shared: true,
 		}
 		w.workers = append(w.workers, wk)
 		w.wg.Add(1)
@@ -225,6 +251,8 @@ type worker struct {
 	cl   *client.Client
 	rng  *rand.Rand
 	stop <-chan struct{}
+	// shared: a shared worker, on the SharedKeys (drawShared).
+	shared bool
 
 	recent      []recentToken // past grants, for stale releases
 	unavailable bool          // the last call found no server
@@ -260,9 +288,14 @@ func (wk *worker) run() {
 		if wk.unavailable {
 			wk.pause(unavailableBackoff)
 		}
-		p := wk.draw()
+		var p plan
+		if wk.shared {
+			p = wk.drawShared()
+		} else {
+			p = wk.draw()
+		}
 		switch p.kind {
-		case "acquire", "try":
+		case "acquire", "try", "shared", "shared-try", "writer":
 			wk.acquire(p)
 		case "query":
 			wk.query(p.key)
@@ -313,6 +346,27 @@ func (wk *worker) draw() plan {
 		p.kind = "query"
 	default:
 		p.kind = "stale-release"
+	}
+	return p
+}
+
+// drawShared draws a shared worker's next op: mostly one of the key's
+// SharedPermits shared holds (waiting or a try), now and then the key
+// alone (a writer, which waits for every shared holder to leave), or a
+// query. Its holds write nothing to the fenced resource, which is for
+// exclusive holders.
+func (wk *worker) drawShared() plan {
+	p := wk.draw()
+	p.key = wk.keys.now(wk.cfg.SharedKeys[wk.rng.IntN(len(wk.cfg.SharedKeys))])
+	switch n := wk.rng.IntN(100); {
+	case n < 50:
+		p.kind = "shared"
+	case n < 70:
+		p.kind, p.wait = "shared-try", client.NoWait
+	case n < 82:
+		p.kind = "writer"
+	default:
+		p.kind = "query"
 	}
 	return p
 }
@@ -408,14 +462,20 @@ func outcomeOf(err error) string {
 	return "other"
 }
 
-// acquire calls Acquire (a try-lock when the plan's wait is NoWait) and,
-// once granted, holds the lock.
+// acquire calls Acquire (a try-lock when the plan's wait is NoWait), or
+// AcquireShared for a shared worker's shared kinds, and, once granted,
+// holds the lock.
 func (wk *worker) acquire(p plan) {
 	var lock *client.Lock
 	ev := CallEvent{Kind: p.kind, Key: p.key, Lease: p.lease, Wait: p.wait}
+	shared := p.kind == "shared" || p.kind == "shared-try"
 	call, err := wk.call(&ev, max(p.wait, 0)+callSlack, func(ctx context.Context) error {
 		var err error
-		lock, err = wk.cl.Acquire(ctx, p.key, p.lease, p.wait)
+		if shared {
+			lock, err = wk.cl.AcquireShared(ctx, p.key, SharedPermits, p.lease, p.wait)
+		} else {
+			lock, err = wk.cl.Acquire(ctx, p.key, p.lease, p.wait)
+		}
 		if err == nil {
 			// The owner is what ties this grant to its requests on the
 			// wire: every attempt of one Acquire names it.
@@ -426,6 +486,10 @@ func (wk *worker) acquire(p plan) {
 	if err != nil {
 		return
 	}
+	if wk.shared {
+		wk.hold(lock, nil, p)
+		return
+	}
 	h := NewHolding(p.key, lock.Token(), wk.id, call, ev.Return, p.lease)
 	wk.remember(p.key, lock.Token())
 	wk.hold(lock, h, p)
@@ -433,22 +497,32 @@ func (wk *worker) acquire(p plan) {
 
 // hold is the life of one grant: write to the resource at once, work for
 // part of the lease, maybe extend (and write again), then release (writing
-// once more just before) or walk away and let the lease run out.
+// once more just before) or walk away and let the lease run out. A shared
+// worker's grant has no Holding (h is nil) and writes nothing.
 func (wk *worker) hold(lock *client.Lock, h *Holding, p plan) {
 	res := wk.cfg.Resource
-	res.Write(h)
+	write := func() {
+		if h != nil {
+			res.Write(h)
+		}
+	}
+	write()
 	wk.pause(p.work / 2)
 	if p.extend && !wk.stopped() {
 		called := wk.cfg.Clock()
-		h.ExtendCalled(called, p.newLease)
-		ev := CallEvent{Kind: "extend", Key: h.Key, Token: h.Token, Lease: p.newLease}
+		if h != nil {
+			h.ExtendCalled(called, p.newLease)
+		}
+		ev := CallEvent{Kind: "extend", Key: lock.Key(), Token: lock.Token(), Lease: p.newLease}
 		_, err := wk.call(&ev, callSlack, func(ctx context.Context) error {
 			return lock.Extend(ctx, p.newLease)
 		})
 		switch {
 		case err == nil:
-			h.Extended(called, p.newLease)
-			res.Write(h)
+			if h != nil {
+				h.Extended(called, p.newLease)
+			}
+			write()
 		case errors.Is(err, client.ErrNotHeld):
 			return // lost: the holder knows, and stops using it
 		}
@@ -458,8 +532,8 @@ func (wk *worker) hold(lock *client.Lock, h *Holding, p plan) {
 	if p.skip && !wk.stopped() {
 		wk.count("skip-release")
 		now := wk.cfg.Clock()
-		wk.log(CallEvent{Kind: "skip-release", Key: h.Key, Token: h.Token, Call: now, Return: now})
-		if p.lateWrite {
+		wk.log(CallEvent{Kind: "skip-release", Key: lock.Key(), Token: lock.Token(), Call: now, Return: now})
+		if p.lateWrite && h != nil {
 			// A holder that stalls past its lease and writes anyway: the
 			// fence must turn it away once someone else holds the key.
 			wk.pause(h.SureUntil - wk.cfg.Clock() + p.lateBy)
@@ -468,9 +542,11 @@ func (wk *worker) hold(lock *client.Lock, h *Holding, p plan) {
 		}
 		return
 	}
-	res.Write(h)
-	h.ReleaseCalled(wk.cfg.Clock())
-	ev := CallEvent{Kind: "release", Key: h.Key, Token: h.Token}
+	write()
+	if h != nil {
+		h.ReleaseCalled(wk.cfg.Clock())
+	}
+	ev := CallEvent{Kind: "release", Key: lock.Key(), Token: lock.Token()}
 	wk.call(&ev, callSlack, func(ctx context.Context) error {
 		return lock.Release(ctx)
 	})
