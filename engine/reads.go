@@ -38,6 +38,14 @@ func (s *shard) queueRead(cs *connState, op byte, key []byte) {
 		return
 	}
 	s.reads = append(s.reads, pendingRead{cs: cs, op: op, key: string(key)})
+	s.kickReads()
+}
+
+// kickReads wakes the reader, if reads wait.
+func (s *shard) kickReads() {
+	if len(s.reads) == 0 {
+		return
+	}
 	select {
 	case s.readKick <- struct{}{}:
 	default:
@@ -80,10 +88,14 @@ func needsReadIndex(batch []pendingRead) bool {
 }
 
 // takeReads empties the read queue; serving says whether a ReadIndex is
-// worth asking for.
+// worth asking for. Awaiting its fence, a node leaves them queued:
+// startServing, or the end of the leadership, kicks the reader again.
 func (s *shard) takeReads() (batch []pendingRead, serving bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.awaitingFence() {
+		return nil, false
+	}
 	batch, s.reads = s.reads, nil
 	return batch, s.serving
 }

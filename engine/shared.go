@@ -119,32 +119,28 @@ func (s *shard) grantSlot(ks *keyState, token uint64) (uint32, bool) {
 	return s.table.Grant(bytesOf(ks.key), token)
 }
 
-// sharedRefused checks an S before it queues: shared holds need every
+// sharedRefusal checks an S before it queues: shared holds need every
 // member at cluster version 4 (nothing of them is written before), and
 // one key has one permits, that of its shared holders and of the S that
-// wait for it. It answers a refused S and reports whether it did.
-func (s *shard) sharedRefused(cs *connState, ks *keyState, r *codec.Request) bool {
+// wait for it. It returns the refusal, nil if there is none.
+func (s *shard) sharedRefusal(ks *keyState, permits uint32) *codec.ParseError {
 	if v := s.table.ClusterVersion(); v < sm.LevelShared {
-		s.sendError(cs, codec.OpShared, r.Key, codec.CodeUnavailable, sharedNeedsVersion(v))
-		return true
+		return &codec.ParseError{Code: codec.CodeUnavailable, Text: sharedNeedsVersion(v)}
 	}
-	permits := r.Permits
 	if ks.shared && ks.slot != noSlot {
 		if _, p, ok := s.table.Shared(uint32(ks.slot)); ok && p != permits {
-			s.permitsMismatch(cs, r.Key, permits, p)
-			return true
+			return permitsMismatch(permits, p)
 		}
 	}
 	for w := ks.head; w != nil; w = w.next {
 		if w.permits != 0 && w.live() {
 			if w.permits != permits {
-				s.permitsMismatch(cs, r.Key, permits, w.permits)
-				return true
+				return permitsMismatch(permits, w.permits)
 			}
 			break // the S in the queue all have the same permits
 		}
 	}
-	return false
+	return nil
 }
 
 // sharedNeedsVersion is the reason an S is not served below cluster
@@ -153,9 +149,9 @@ func sharedNeedsVersion(v uint64) string {
 	return "shared holds need cluster version 4 (every member on a build with protocol 1.4); the cluster is at " + strconv.FormatUint(v, 10)
 }
 
-func (s *shard) permitsMismatch(cs *connState, key []byte, asked, has uint32) {
-	s.sendError(cs, codec.OpShared, key, codec.CodeBadRequest,
-		"permits "+strconv.FormatUint(uint64(asked), 10)+" differ from the key's "+strconv.FormatUint(uint64(has), 10))
+func permitsMismatch(asked, has uint32) *codec.ParseError {
+	return &codec.ParseError{Code: codec.CodeBadRequest,
+		Text: "permits " + strconv.FormatUint(uint64(asked), 10) + " differ from the key's " + strconv.FormatUint(uint64(has), 10)}
 }
 
 // refuseGrant answers w, whose Grant the state machine refused for what

@@ -153,6 +153,15 @@ func TestSharedHolds(t *testing.T) {
 			{on: "c", line: "S k 5 10000 5000"},
 			{on: "b", line: "S k 3 10000 5000", want: map[string][]string{"b": {`S k ERR badrequest permits 3 differ from the key's 5`}}},
 		}},
+		{"a refused S waits for the earlier S of its connection (answers to one op and key keep their order)", []sharedStep{
+			{on: "a", line: "S k 2 10000 0"},
+			{on: "a", line: "S k 2 10000 0"},
+			{apply: []sm.Code{G, G}, want: map[string][]string{"a": {`S k OK $t1`, `S k OK $t2`}}},
+			{on: "a", line: "S k 2 10000 5000"},
+			{on: "a", line: "S k 3 10000 0"},
+			{on: "b", line: "R k $t1"},
+			{apply: []sm.Code{R, G}, want: map[string][]string{"b": {`R k OK`}, "a": {`S k OK $t3`, `S k ERR badrequest permits 3 differ from the key's 2`}}},
+		}},
 		{"each grant its own lease: one runs out, the other holds", []sharedStep{
 			{on: "a", line: "S k 2 1 0"},
 			{on: "b", line: "S k 2 60000 0"},

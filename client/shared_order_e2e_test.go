@@ -1,0 +1,33 @@
+package client
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSharedRefusalKeepsOrder: answers to one connection's S of one key
+// come in the order sent (PROTOCOL.md, Transport), a refused S's too: the
+// client pairs them so. An S of permits 3 sent behind a waiting S of
+// permits 2 is answered after it.
+func TestSharedRefusalKeepsOrder(t *testing.T) {
+	t.Parallel()
+	n := startNode(t)
+	c := n.Dial(t)
+	// A new cluster raises its version to 4 within a second of starting.
+	for deadline := time.Now().Add(5 * time.Second); !strings.HasPrefix(c.Do(t, "S ready 1 1000 -1"), "S ready OK"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no shared holds 5s after the start")
+		}
+	}
+	c.Send("S order 2 2000 0 o1", "S order 2 2000 0 o2", "S order 2 10000 0 o3", "S order 3 10000 0 o4")
+	lines, err := c.ReadLines(4, 10*time.Second)
+	if err != nil {
+		t.Fatalf("%q: %v", lines, err)
+	}
+	for i, want := range []string{"S order OK ", "S order OK ", "S order OK ", "S order ERR badrequest"} {
+		if !strings.HasPrefix(lines[i], want) {
+			t.Fatalf("answers %q: the %d-th is not %q...", lines, i+1, want)
+		}
+	}
+}
