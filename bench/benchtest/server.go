@@ -349,17 +349,10 @@ func (s *Server) grantShared(l *lock, leaseMs uint32) uint64 {
 // fit, in queue order (Options.LIFO: newest first), or frees key when
 // nobody holds or waits; s.mu is held.
 func (s *Server) handOffShared(l *lock, key []byte, others []delivery) []delivery {
-	for len(l.waiters) > 0 && s.fits(l) {
-		var w waiter
-		if s.opts.LIFO {
-			w = l.waiters[len(l.waiters)-1]
-			l.waiters = l.waiters[:len(l.waiters)-1]
-		} else {
-			w = l.waiters[0]
-			l.waiters = l.waiters[1:]
-		}
-		if w.c.closed {
-			continue
+	for s.fits(l) {
+		w, ok := s.popWaiter(l)
+		if !ok {
+			break
 		}
 		resp := codec.Response{Op: codec.OpShared, Key: key, Status: codec.StatusOK, Token: s.grantShared(l, w.leaseMs)}
 		others = append(others, delivery{w.c, codec.AppendResponse(nil, &resp)})
@@ -375,8 +368,19 @@ func (s *Server) handOffShared(l *lock, key []byte, others []delivery) []deliver
 // the releasing connection itself follows its release's OK, as a real
 // server's would.
 func (s *Server) handOff(l *lock, key []byte, others []delivery) []delivery {
+	if w, ok := s.popWaiter(l); ok {
+		resp := codec.Response{Op: codec.OpAcquire, Key: key, Status: codec.StatusOK, Token: s.grant(l, w.leaseMs)}
+		return append(others, delivery{w.c, codec.AppendResponse(nil, &resp)})
+	}
+	delete(s.held, string(key))
+	return others
+}
+
+// popWaiter takes l's next live waiter in queue order (Options.LIFO:
+// newest first), dropping those whose connection closed; ok is false when
+// none is left. s.mu is held.
+func (s *Server) popWaiter(l *lock) (w waiter, ok bool) {
 	for len(l.waiters) > 0 {
-		var w waiter
 		if s.opts.LIFO {
 			w = l.waiters[len(l.waiters)-1]
 			l.waiters = l.waiters[:len(l.waiters)-1]
@@ -384,13 +388,9 @@ func (s *Server) handOff(l *lock, key []byte, others []delivery) []delivery {
 			w = l.waiters[0]
 			l.waiters = l.waiters[1:]
 		}
-		if w.c.closed {
-			continue
+		if !w.c.closed {
+			return w, true
 		}
-		resp := codec.Response{Op: codec.OpAcquire, Key: key, Status: codec.StatusOK, Token: s.grant(l, w.leaseMs)}
-		others = append(others, delivery{w.c, codec.AppendResponse(nil, &resp)})
-		return others
 	}
-	delete(s.held, string(key))
-	return others
+	return waiter{}, false
 }

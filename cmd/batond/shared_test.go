@@ -41,22 +41,6 @@ func awaitSharedHolds(t *testing.T, c *harness.Conn, key string, permits int) {
 	}
 }
 
-// waitQuery asks Q key on c until the answer is want, for at most d.
-func waitQuery(t *testing.T, c *harness.Conn, key, want string, d time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		got := c.Do(t, "Q "+key)
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Q %s: %q after %v, want %q", key, got, d, want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestSharedHoldsAcrossFailover (protocol 1.4): shared holds of a 3-node
 // cluster's leader survive a kill -9 of it: the new leader shows the same
 // holders, runs each grant's lease on its own (the orphan's short one runs
@@ -87,7 +71,7 @@ func TestSharedHoldsAcrossFailover(t *testing.T) {
 	c2 := harness.Dial(t, nodes[1].ClientAddr)
 	// Every lease starts afresh on the new leader: the orphan's runs out
 	// 1.5 s after it serves, the others' do not.
-	waitQuery(t, c2, key, "Q "+key+" SHARED 2 3", 10*time.Second)
+	eventually(t, c2, key, "Q "+key+" SHARED 2 3", 10*time.Second)
 	// The retry of o1 (its answer lost, say) gets its grant back.
 	do(t, c2, "S "+key+" 3 60000 0 o1", fmt.Sprintf("S %s OK %d", key, t1))
 
