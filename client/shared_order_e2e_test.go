@@ -14,12 +14,7 @@ func TestSharedRefusalKeepsOrder(t *testing.T) {
 	t.Parallel()
 	n := startNode(t)
 	c := n.Dial(t)
-	// A new cluster raises its version to 4 within a second of starting.
-	for deadline := time.Now().Add(5 * time.Second); !strings.HasPrefix(c.Do(t, "S ready 1 1000 -1"), "S ready OK"); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no shared holds 5s after the start")
-		}
-	}
+	c.AwaitSharedHolds(t, "order", 2)
 	c.Send("S order 2 2000 0 o1", "S order 2 2000 0 o2", "S order 2 10000 0 o3", "S order 3 10000 0 o4")
 	lines, err := c.ReadLines(4, 10*time.Second)
 	if err != nil {

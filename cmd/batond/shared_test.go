@@ -21,26 +21,6 @@ func acquireShared(t *testing.T, c *harness.Conn, key string, permits, leaseMs i
 	return parseU64(t, match(t, got, `^S `+regexp.QuoteMeta(key)+` OK ([1-9][0-9]*)$`)[1])
 }
 
-// awaitSharedHolds waits until the node behind c serves S for key (of
-// permits): the cluster version rises to 4 once every member reported its
-// build, and until then S is ERR unavailable, with the reason. The probe's
-// grant is released.
-func awaitSharedHolds(t *testing.T, c *harness.Conn, key string, permits int) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		probe := c.Do(t, fmt.Sprintf("S %s %d 60000 -1", key, permits))
-		if m := regexp.MustCompile(`^S \S+ OK (\d+)$`).FindStringSubmatch(probe); m != nil {
-			do(t, c, "R "+key+" "+m[1], "R "+key+" OK")
-			return
-		}
-		if !strings.Contains(probe, "cluster version") || time.Now().After(deadline) {
-			t.Fatalf("S before the cluster version rose: %q", probe)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // TestSharedHoldsAcrossFailover (protocol 1.4): shared holds of a 3-node
 // cluster's leader survive a kill -9 of it: the new leader shows the same
 // holders, runs each grant's lease on its own (the orphan's short one runs
@@ -54,7 +34,7 @@ func TestSharedHoldsAcrossFailover(t *testing.T) {
 	waitLeads(t, nodes, nodes[0], 20*time.Second)
 	const key = "sem/1"
 	c := harness.Dial(t, nodes[0].ClientAddr)
-	awaitSharedHolds(t, c, key, 3)
+	c.AwaitSharedHolds(t, key, 3)
 
 	t1 := acquireShared(t, c, key, 3, 60000, "o1")
 	t2 := acquireShared(t, c, key, 3, 60000, "o2")
@@ -102,7 +82,7 @@ func TestSharedHoldsKillRestart(t *testing.T) {
 	t.Parallel()
 	n := harness.StartNode(t, harness.Bin(t), harness.Options{Shards: 1, Args: []string{"--snapshot-entries", "20"}})
 	c := harness.Dial(t, n.ClientAddr)
-	awaitSharedHolds(t, c, "sr/a", 3)
+	c.AwaitSharedHolds(t, "sr/a", 3)
 	t1 := acquireShared(t, c, "sr/a", 3, 60000, "o1")
 	t2 := acquireShared(t, c, "sr/a", 3, 60000, "")
 	t3 := acquireShared(t, c, "sr/gone", 2, 60000, "")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -185,6 +186,30 @@ func (c *Conn) Do(t testing.TB, line string) string {
 		t.Fatalf("%q: no answer: %v", line, err)
 	}
 	return got
+}
+
+// AwaitSharedHolds waits until the node serves S (protocol 1.4) for key,
+// of permits: a cluster's version rises to 4 a moment after it starts
+// (once every member reported its build), and until then S is answered ERR
+// unavailable with the reason. The probe's grant is released. It fails t
+// after 20 s, or at once on any other answer. Use it only when no other
+// answer is due on the connection.
+func (c *Conn) AwaitSharedHolds(t testing.TB, key string, permits int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		probe := c.Do(t, fmt.Sprintf("S %s %d 60000 -1", key, permits))
+		if tok, ok := strings.CutPrefix(probe, "S "+key+" OK "); ok {
+			if got := c.Do(t, "R "+key+" "+tok); got != "R "+key+" OK" {
+				t.Fatalf("the release of the probe's grant: %q", got)
+			}
+			return
+		}
+		if !strings.Contains(probe, "cluster version") || time.Now().After(deadline) {
+			t.Fatalf("waiting for shared holds to be served: %q", probe)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // Close closes the connection.
