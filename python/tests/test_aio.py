@@ -272,7 +272,7 @@ async def test_cancelled_release_still_releases(proxy: Proxy, node: Node) -> Non
         lock = await client.acquire("cr/1", lease=60.0)
         proxy.block()
         task = asyncio.create_task(lock.release())
-        await wait_until(lambda: bool(client._tasks), 2.0, "the release to start")
+        await wait_until(lambda: bool(client._releasing), 2.0, "the release to start")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -288,7 +288,7 @@ async def test_close_waits_for_a_release_under_way(proxy: Proxy, node: Node) -> 
     lock = await client.acquire("cw/1", lease=60.0)
     proxy.block()
     task = asyncio.create_task(lock.release())
-    await wait_until(lambda: bool(client._tasks), 2.0, "the release to start")
+    await wait_until(lambda: bool(client._releasing), 2.0, "the release to start")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

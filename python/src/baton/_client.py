@@ -167,7 +167,7 @@ class Client(ClientBase):
     def _pick(self, target: str | None, avoid: str | None, deadline: float | None) -> Conn:
         """A connection that is up (Pool.choose says which); waits while a candidate is
         being dialled."""
-        with self._changed:
+        with self._mu:  # the lock of self._changed
             while True:
                 if self._closed:
                     raise ClientClosed("client closed")
@@ -274,11 +274,7 @@ class Client(ClientBase):
 
     def _attempts(self, r: Retry, line: bytes) -> Result:
         op, key, policy = r.op, r.key, r.policy
-
-        def pause(d: float) -> None:
-            if d > 0 and self._closing.wait(d):
-                raise ClientClosed("client closed")
-
+        pause = self._pause
         while True:
             r.check_deadline()
             try:
@@ -297,7 +293,8 @@ class Client(ClientBase):
                 conn.send(call, line)
             except ConnDown:
                 continue
-            self._wait_call(call, policy.answer_timeout)
+            if not conn.wait(call, policy.answer_timeout):
+                raise NoAnswer(f"{op} {key}: no answer within {policy.answer_timeout} s")
             if call.error is not None:
                 pause(r.on_lost(call.error))
                 continue
@@ -308,18 +305,9 @@ class Client(ClientBase):
                 return Result(ans, r.ambiguous)
             pause(d)
 
-    def _wait_call(self, call: Call, timeout: float | None = None) -> None:
-        """Waits for the call's answer. If the caller is interrupted (KeyboardInterrupt,
-        an exception from a signal handler), the call keeps its place in the pairing and
-        its answer is handled by call.on_abandoned when it comes."""
-        end = None if timeout is None else time.monotonic() + timeout
-        try:
-            while not call.done.wait(1.0 if end is None else max(0.0, end - time.monotonic())):
-                if end is not None and time.monotonic() >= end:
-                    raise NoAnswer(f"{call.op} {call.key}: no answer within {timeout} s")
-        except BaseException:
-            call.give_up()
-            raise
+    def _pause(self, d: float) -> None:
+        if d > 0 and self._closing.wait(d):
+            raise ClientClosed("client closed")
 
     def _in_background(self, fn: Callable[[], object]) -> None:
         def run() -> None:

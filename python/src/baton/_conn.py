@@ -1,11 +1,21 @@
 """One persistent connection slot: dialled, served and redialled in the background.
 
 Each slot has one thread. It dials the address (TCP, then the TLS handshake
-and ``H <secret>`` when configured), then reads answers until the session
-fails, pairs every answer with the oldest unanswered request of its
-``(op, key)``, watches for a silent server (heartbeats), and redials.
-Callers write their requests themselves, under the slot's write lock, so
-that the order of the pending table is the order of the bytes on the wire.
+and ``H <secret>`` when configured), watches the session for a silent server
+(heartbeats) and for its end, and redials. Callers write their requests
+themselves, under the slot's write lock, so that the order of the pending
+table is the order of the bytes on the wire.
+
+Answers are read by one thread at a time, the reader, which pairs every
+answer with the oldest unanswered request of its ``(op, key)`` and wakes its
+caller. A caller that waits for its answer while nobody reads becomes the
+reader itself (so with one request in flight, the answer is read by the
+thread that waits for it, with no hand-off between threads); when its own
+answer has come it hands the reading on to another waiting caller, or to
+the slot's thread when only answers that nobody waits for (a caller that
+gave up, a heartbeat) are owed. While nothing is owed the slot's thread looks
+at the socket every tick, for a server that closed it.
+
 Sockets are non-blocking; one I/O lock serializes reads and writes, which a
 TLS socket needs.
 """
@@ -21,9 +31,7 @@ from typing import TYPE_CHECKING
 
 from ._core import DIALING, DOWN, UP
 from ._pairing import (
-    Call as BaseCall,
-)
-from ._pairing import (
+    PENDING,
     ClientClosed,
     ConnectionLost,
     Pairing,
@@ -32,6 +40,7 @@ from ._pairing import (
     tls_refusal,
     unexpected_answer,
 )
+from ._pairing import Call as BaseCall
 from ._protocol import HEARTBEAT_KEY, Answer, parse_answer, request_line, split_address
 
 if TYPE_CHECKING:
@@ -59,20 +68,25 @@ class ConnDown(Exception):
 
 
 class Call(BaseCall):
-    """A call whose caller waits on a thread."""
+    """A call whose caller waits on a thread. ``wake``, made when its caller first waits
+    without reading, is set when the call is done, and when its caller is asked to read
+    the connection."""
 
-    __slots__ = ("done",)
+    __slots__ = ("wake",)
 
     def __init__(self, op: str, key: str) -> None:
         super().__init__(op, key)
-        self.done = threading.Event()
+        self.wake: threading.Event | None = None
 
     def _wake(self) -> None:
-        self.done.set()
+        w = self.wake
+        if w is not None:
+            w.set()
 
 
 class Conn:
-    """One connection slot: a thread that dials, reads answers and redials."""
+    """One connection slot: a thread that dials, watches and redials; answers are read by
+    the callers that wait for them, or by that thread (see the module's doc)."""
 
     def __init__(self, client: Client, addr: str) -> None:
         self.client = client
@@ -83,12 +97,18 @@ class Conn:
         # Retired: the address left the cluster's membership. Nothing new is sent on it;
         # it closes once it owes nothing, and is not redialled.
         self.retired = False
-        self._mu = threading.Lock()  # the pairing, the socket, the state
+        # The pairing, the socket, the state, the reader and the waiting callers.
+        self._mu = threading.Lock()
         self._wlock = threading.Lock()  # pairing push + bytes on the wire, in one order
         self._io = threading.Lock()  # one socket operation at a time (TLS)
         self._sock: socket.socket | None = None
         self._pairing: Pairing[Call] = Pairing()
         self._silent = False
+        self._reading = False  # a thread reads the session's answers now
+        self._rbuf = b""  # the start of an answer line not wholly read yet
+        self._waiters: list[Call] = []  # callers waiting for their answer, not reading
+        self._torn: socket.socket | None = None  # a read there was interrupted halfway
+        self._tend_now = threading.Event()  # the slot's thread is wanted as the reader
         self._redial_now = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"baton-conn-{addr}", daemon=True)
 
@@ -109,7 +129,14 @@ class Conn:
                 self._fail(sock, self._tls_alert(sock) or e)
 
     def _send_all(self, sock: socket.socket, data: bytes) -> None:
-        view = memoryview(data)
+        try:
+            with self._io:
+                n = sock.send(data)
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            n = 0
+        if n == len(data):
+            return
+        view = memoryview(data)[n:]
         while view:
             try:
                 with self._io:
@@ -140,6 +167,174 @@ class Conn:
             return None
         return None
 
+    # --- waiting for an answer, and reading --------------------------------
+
+    def wait(self, call: Call, timeout: float | None) -> bool:
+        """Waits until call, sent on this connection, is done (answered or failed): reads
+        the connection itself while no other thread does. False: timeout ran out first
+        (the call is given up).
+
+        A caller that gives up (the time-out, or an exception such as KeyboardInterrupt
+        from a signal handler) leaves its call in the pairing, whose answer then goes to
+        call.on_abandoned. One interrupted halfway through handing out answers it read
+        (some may be lost) ends the session: every call it owed fails, as when the
+        connection is lost."""
+        end = None if timeout is None else time.monotonic() + timeout
+        reading: socket.socket | None = None
+        waited = False
+        try:
+            while True:
+                wake = call.wake
+                if wake is not None:
+                    wake.clear()  # before looking: a wake from then on is not lost
+                with self._mu:
+                    if call.state != PENDING:
+                        return True
+                    sock = self._sock
+                    if not self._reading and sock is not None:
+                        self._reading = True
+                        reading = sock
+                    elif wake is None:
+                        # Made before the call's state is looked at again (below), so that
+                        # its answer, if it comes meanwhile, sets it.
+                        wake = call.wake = threading.Event()
+                        continue
+                    elif not waited:
+                        waited = True
+                        self._waiters.append(call)
+                if reading is not None:
+                    # The reader: reads until the call is done, the session ended (then
+                    # its calls failed), or end.
+                    while call.state == PENDING and self._sock is reading:
+                        t = _TICK
+                        if end is not None:
+                            t = min(t, end - time.monotonic())
+                            if t <= 0:
+                                break
+                        err = self._read_some(reading, t)
+                        if err is not None:
+                            self._fail(reading, err)
+                            break
+                    reading = None
+                    self._leave_reading()
+                else:
+                    assert wake is not None
+                    wake.wait(1.0 if end is None else max(0.0, end - time.monotonic()))
+                if end is not None and call.pending and time.monotonic() >= end:
+                    call.give_up()
+                    return False
+        except BaseException:
+            call.give_up()
+            if reading is not None:
+                if self._torn is reading:
+                    self._fail(reading, ConnectionError("a read of answers was interrupted"))
+                self._leave_reading()
+            raise
+        finally:
+            if waited:
+                with self._mu:
+                    self._waiters.remove(call)
+                self._hand_on()  # the reading may have been handed to it
+
+    def _leave_reading(self) -> None:
+        """The reader stops reading; answers still owed are read by another (_hand_on)."""
+        with self._mu:
+            self._reading = False
+            if len(self._pairing) == 0:
+                return
+        self._hand_on()
+
+    def _hand_on(self) -> None:
+        """While answers are owed and nobody reads: a waiting caller is asked to read (the
+        first whose call is pending), else the slot's thread."""
+        with self._mu:
+            if self._reading or len(self._pairing) == 0 or self._sock is None:
+                return
+            for c in self._waiters:
+                if c.state == PENDING and c.wake is not None:
+                    c.wake.set()
+                    return
+        self._tend_now.set()
+
+    def _read_some(self, sock: socket.socket, timeout: float) -> BaseException | None:
+        """One read of the reader: waits up to timeout for sock to be readable, then reads
+        what came and hands out every whole answer line in it. Returns why the session is
+        over, or None."""
+        if not (isinstance(sock, ssl.SSLSocket) and sock.pending() > 0):
+            try:
+                readable, _, _ = select.select([sock], [], [], timeout)
+            except (OSError, ValueError) as e:
+                return e
+            if not readable:
+                return None
+        whole = False
+        try:
+            try:
+                with self._io:
+                    data = sock.recv(65536)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                whole = True
+                return None
+            except OSError as e:
+                whole = True
+                return e
+            if not data:
+                whole = True
+                return ConnectionError(f"{self.addr} closed the connection")
+            err = self._take(sock, data)
+            whole = True
+            return err
+        finally:
+            if not whole:
+                self._torn = sock
+
+    def _take(self, sock: socket.socket, data: bytes) -> BaseException | None:
+        """Pairs every whole answer line of what was read (after what was left of the last
+        read) with its call, and hands the answers out. Returns why the session is over
+        (an answer that answers nothing, a line that cannot be read), or None."""
+        err: BaseException | None = None
+        got: list[tuple[Call, Answer]] = []
+        try:
+            with self._mu:
+                if self._sock is not sock:
+                    return ConnectionError("connection closed")
+                self._pairing.read(time.monotonic())
+                if self._rbuf:
+                    data = self._rbuf + data
+                if data.endswith(b"\n"):
+                    self._rbuf = b""
+                    lines = data[:-1].split(b"\n")
+                else:
+                    lines = data.split(b"\n")
+                    self._rbuf = lines.pop()
+                    if len(self._rbuf) > 64 * 1024:
+                        err = ConnectionError("answer line too long")
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    try:
+                        ans = parse_answer(line)
+                    except ValueError as e:
+                        err = e
+                        break
+                    call = self._pairing.pop(ans)
+                    if call is None:
+                        err = unexpected_answer(self.addr, ans)
+                        break
+                    got.append((call, ans))
+            for call, ans in got:
+                call.deliver(ans)
+        except BaseException:
+            # Interrupted: the session ends (wait), and no call taken from the pairing
+            # may be left without its answer or an error.
+            for call, ans in got:
+                if call.answer is None:
+                    call.fail(ConnectionLost(f"connection to {self.addr}: a read was interrupted"))
+                elif call.state == PENDING:
+                    call.deliver(ans)
+            raise
+        return err
+
     # --- the session loop --------------------------------------------------
 
     def start(self) -> None:
@@ -151,6 +346,7 @@ class Conn:
     def retire(self) -> None:
         self.retired = True
         self._redial_now.set()
+        self._tend_now.set()
 
     def _run(self) -> None:
         last_dial = 0.0
@@ -200,64 +396,47 @@ class Conn:
             self._sock = sock
             self._silent = False
             self._pairing = Pairing()
+            self._rbuf = b""
             self.state = UP
         self.client._notify_change()
         self.client._conn_up(self)
         try:
-            err = self._read(sock, rest)
+            err = self._tend(sock, rest)
         except BaseException as e:
             err = e
         self._fail(sock, err)
 
-    def _read(self, sock: socket.socket, buf: bytes) -> BaseException:
-        buf = self._deliver_lines(buf)
+    def _tend(self, sock: socket.socket, rest: bytes) -> BaseException:
+        """The slot's thread during a session: reads when answers are owed and no caller
+        reads (and, while nothing is owed, looks at the socket every tick for its end),
+        runs the stall watch every tick, and returns why the session is over."""
+        if rest:
+            err = self._take(sock, rest)
+            if err is not None:
+                return err
         while True:
+            self._tend_now.clear()
             if self._sock is not sock:
                 return ConnectionError("connection closed")
-            pending_tls = isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
-            if not pending_tls:
+            with self._mu:
+                owed = len(self._pairing) > 0
+                if self.retired and not owed:
+                    return ConnectionError("retired: no longer a member")
+                read = not self._reading
+                if read:
+                    self._reading = True
+            if read:
                 try:
-                    readable, _, _ = select.select([sock], [], [], _TICK)
-                except (OSError, ValueError) as e:
-                    return e
-            else:
-                readable = [sock]
-            if readable:
-                try:
-                    with self._io:
-                        data = sock.recv(65536)
-                except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                    data = None
-                except OSError as e:
-                    return e
-                if data is not None:
-                    if not data:
-                        return ConnectionError(f"{self.addr} closed the connection")
-                    with self._mu:
-                        self._pairing.read(time.monotonic())
-                    buf = self._deliver_lines(buf + data)
-                    if len(buf) > 64 * 1024:
-                        return ConnectionError("answer line too long")
+                    err = self._read_some(sock, _TICK if owed else 0.0)
+                finally:
+                    self._leave_reading()
+                if err is not None:
+                    return err
             stall = self._check_stall(sock)
             if stall is not None:
                 return stall
-
-    def _deliver_lines(self, buf: bytes) -> bytes:
-        while True:
-            i = buf.find(b"\n")
-            if i < 0:
-                return buf
-            line, buf = buf[:i], buf[i + 1 :]
-            if not line.strip():
-                continue
-            self._deliver(parse_answer(line))
-
-    def _deliver(self, ans: Answer) -> None:
-        with self._mu:
-            call = self._pairing.pop(ans)
-        if call is None:
-            raise unexpected_answer(self.addr, ans)
-        call.deliver(ans)
+            if not (read and owed):
+                self._tend_now.wait(_TICK)
 
     def _check_stall(self, sock: socket.socket) -> BaseException | None:
         now = time.monotonic()
@@ -291,12 +470,18 @@ class Conn:
             if tls and not self._pairing.read_any and not self._silent:
                 err = tls_refusal(err)
             calls = self._pairing.drain()
+            self._rbuf = b""
             self.state = DOWN
             self.last_error = err
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a reader waiting on it
+        except OSError:
+            pass
         try:
             sock.close()
         except OSError:
             pass
+        self._tend_now.set()
         closing = self.client._closing.is_set()
         for c in calls:
             c.fail(session_error(self.addr, err, closing))

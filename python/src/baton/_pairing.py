@@ -16,7 +16,7 @@ from ._protocol import Answer
 HEARTBEAT_AFTER = 0.5  # quiet this long while answers are awaited: send a heartbeat
 STALL_TIMEOUT = 1.5  # quiet this long, heartbeat included: the connection is dead
 
-_PENDING, _DONE, _ABANDONED = 0, 1, 2
+PENDING, DONE, ABANDONED = 0, 1, 2  # a call's state
 
 
 class ConnectionLost(BatonError):
@@ -47,7 +47,7 @@ class Call:
         self.key = key
         self.answer: Answer | None = None
         self.error: BaseException | None = None
-        self.state = _PENDING
+        self.state = PENDING
         # The sync client answers calls on reader threads while callers give up on
         # theirs; the lock costs the asyncio client next to nothing.
         self._mu = threading.Lock()
@@ -60,9 +60,9 @@ class Call:
         """Marks the call done (answer or error set before); False when its caller had
         given up."""
         with self._mu:
-            if self.state != _PENDING:
+            if self.state != PENDING:
                 return False
-            self.state = _DONE
+            self.state = DONE
         self._wake()
         return True
 
@@ -80,18 +80,18 @@ class Call:
         """The caller stops waiting. An answer that already came, unread, is handed to
         on_abandoned here; one still to come, when it comes."""
         with self._mu:
-            if self.state == _PENDING:
-                self.state = _ABANDONED
+            if self.state == PENDING:
+                self.state = ABANDONED
                 return
-            if self.state == _ABANDONED:
+            if self.state == ABANDONED:
                 return
-            self.state = _ABANDONED
+            self.state = ABANDONED
         if self.answer is not None and self.on_abandoned is not None:
             self.on_abandoned(self.answer)
 
     @property
     def pending(self) -> bool:
-        return self.state == _PENDING
+        return self.state == PENDING
 
 
 C = TypeVar("C", bound=Call)
@@ -118,7 +118,11 @@ class Pairing(Generic[C]):
         if self._n == 0:
             self._busy_since = now
             self._probing = False
-        self._pending.setdefault((call.op, call.key), collections.deque()).append(call)
+        pair = (call.op, call.key)
+        q = self._pending.get(pair)
+        if q is None:
+            self._pending[pair] = q = collections.deque()
+        q.append(call)
         self._n += 1
 
     def pop(self, ans: Answer) -> C | None:

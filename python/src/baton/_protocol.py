@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-import secrets
+import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,8 +36,11 @@ WATCH_PROBE_AFTER = 5.0  # a watch connection quiet this long gets a heartbeat (
 WATCH_STALL = 5.0  # ...and counts as lost when nothing at all comes back this long after it
 
 
+_BAD_BYTE = re.compile(rb"[\x00-\x20\x7f]")
+
+
 def _valid_field(raw: bytes, limit: int) -> bool:
-    return 0 < len(raw) <= limit and all(b > 0x20 and b != 0x7F for b in raw)
+    return 0 < len(raw) <= limit and _BAD_BYTE.search(raw) is None
 
 
 def check_key(key: str) -> bytes:
@@ -80,7 +84,7 @@ def check_secret(secret: str) -> str:
 
 
 def new_owner(prefix: str) -> str:
-    return prefix + secrets.token_hex(OWNER_RANDOM_HEX // 2)
+    return prefix + os.urandom(OWNER_RANDOM_HEX // 2).hex()  # as secrets.token_hex
 
 
 def seconds_to_ms(seconds: float) -> int:
@@ -119,8 +123,9 @@ class Answer:
 def parse_answer(line: bytes) -> Answer:
     """Parses an answer line (without its LF). Raises ValueError for a line it cannot read."""
     s = line.decode("utf-8", errors="surrogateescape").rstrip("\r")
-    parts = s.split(" ")
-    fields = [p for p in parts if p]
+    fields = s.split(" ")
+    if "" in fields:
+        fields = [p for p in fields if p]
     if len(fields) < 3 or len(fields[0]) != 1:
         raise ValueError(f"bad answer from server: {s!r}")
     op, key, status = fields[0], fields[1], fields[2]
@@ -267,8 +272,11 @@ class AcquireRequest:
         # An owner named by the caller may hold the key already (a retry across restarts
         # of the caller): its grant is then older than this acquire, and renewed.
         self.explicit_owner = owner is not None
-        self.owner = owner if owner is not None else new_owner(prefix)
-        self.oraw = check_owner(self.owner)
+        if owner is not None:
+            self.owner, self.oraw = owner, check_owner(owner)
+        else:  # the prefix was checked when the client was made, and hex is fine
+            self.owner = new_owner(prefix)
+            self.oraw = self.owner.encode()
         now = time.monotonic()
         self.wait_end = None if wait is None or wait == 0 else now + wait
         # ERR unavailable is retried until the wait runs out (a try-lock: not at all).
@@ -288,7 +296,7 @@ class AcquireRequest:
             if left <= 0:
                 raise AcquireTimeout(f"acquire {self.key}: not granted within {self.wait} s")
             wms = seconds_to_ms(left)
-        return request_line("A", self.kraw, self.lease_ms, wms, self.oraw)
+        return b"A %s %d %d %s\n" % (self.kraw, self.lease_ms, wms, self.oraw)
 
     def cleanup_line(self) -> bytes:
         """For a caller that gave up after an attempt whose answer was lost (so that a

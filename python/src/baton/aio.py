@@ -128,6 +128,9 @@ class Client(ClientBase):
         # nobody waits for), clean-ups of acquires that gave up. close waits for them.
         self._tasks: set[asyncio.Task[Any]] = set()
         self._keepalives: set[asyncio.Task[None]] = set()
+        # Lock releases under way in their callers' tasks (Client._release_lock): close
+        # waits for them too.
+        self._releasing: set[asyncio.Future[bool]] = set()
         self._refresher: asyncio.Task[None] | None = None
         # None: not known yet; False: the server answered C - with badrequest (before
         # protocol 1.3), or not at all, so only the periodic refresh asks again.
@@ -195,7 +198,8 @@ class Client(ClientBase):
         me = asyncio.current_task()
         for t in list(self._keepalives):
             t.cancel()
-        pending = [t for t in self._tasks if t is not me]
+        pending: list[asyncio.Future[Any]] = [t for t in self._tasks if t is not me]
+        pending += self._releasing
         if pending:
             await asyncio.wait(pending, timeout=RELEASE_WINDOW + 1.0)
         self._closing = True
@@ -230,11 +234,13 @@ class Client(ClientBase):
 
     # --- the pool --------------------------------------------------------
 
-    async def _pick(self, target: str | None, avoid: str | None, deadline: float | None) -> Conn:
+    async def _pick(
+        self, target: str | None, avoid: str | None, deadline: float | None, own: bool = False
+    ) -> Conn:
         """A connection that is up (Pool.choose says which); waits while a candidate is
         being dialled."""
         while True:
-            self._check_open()
+            self._check_open(own)
             if target is not None and self._pool.needs_conn(target):
                 self._add_conn(target)
                 self._refresh_now.set()  # MOVED named a node the client did not know
@@ -247,10 +253,12 @@ class Client(ClientBase):
                 async with asyncio.timeout(dial_wait(deadline)):
                     await self._changed.wait()
 
-    def _check_open(self) -> None:
-        """Raises ClientClosed once close was called, but for the client's own tasks (the
-        releases close waits for) until the connections close."""
-        if self._closing or (self._closed and asyncio.current_task() not in self._tasks):
+    def _check_open(self, own: bool = False) -> None:
+        """Raises ClientClosed once close was called, but for the client's own work (the
+        releases close waits for: own, or run by its tasks) until the connections close."""
+        if self._closing or (
+            self._closed and not own and asyncio.current_task() not in self._tasks
+        ):
             raise ClientClosed("client closed")
 
     def _conn_count(self) -> int:
@@ -338,48 +346,60 @@ class Client(ClientBase):
                 policy.on_give_up()
             raise
 
-    async def _attempts(self, r: Retry, line: bytes) -> Result:
+    async def _attempts(self, r: Retry, line: bytes, run: _Run | None = None) -> Result:
+        """The attempts of one request. With run, the request is work that close waits for,
+        and a task that is cancelled while it runs leaves its state in run, so that another
+        task goes on from there (run.call: an attempt sent, whose answer is awaited)."""
         op, key, policy = r.op, r.key, r.policy
+        own = run is not None
         loop = asyncio.get_running_loop()
         while True:
-            r.check_deadline()
+            if run is not None and run.call is not None:
+                call, addr = run.call, run.addr
+            else:
+                r.check_deadline()
+                try:
+                    conn = await self._pick(r.target, r.avoid, policy.deadline, own)
+                except Unavailable as e:
+                    if isinstance(e, ClientClosed):
+                        raise
+                    await self._pause(r.on_pick_error(e), own)
+                    continue
+                r.picked()
+                if policy.line is not None:
+                    line = policy.line()
+                call = Call(op, key, loop)
+                call.on_abandoned = policy.on_abandoned
+                try:
+                    conn.send(call, line)
+                except ConnDown:
+                    continue
+                addr = conn.addr
+                if run is not None:
+                    run.call, run.addr = call, addr
             try:
-                conn = await self._pick(r.target, r.avoid, policy.deadline)
-            except Unavailable as e:
-                if isinstance(e, ClientClosed):
-                    raise
-                await self._pause(r.on_pick_error(e))
-                continue
-            r.picked()
-            if policy.line is not None:
-                line = policy.line()
-            call = Call(op, key, loop)
-            call.on_abandoned = policy.on_abandoned
-            try:
-                conn.send(call, line)
-            except ConnDown:
-                continue
-            try:
-                await call.wait(policy.answer_timeout)
+                await call.wait(policy.answer_timeout, keep=own)
             except TimeoutError:
                 raise NoAnswer(f"{op} {key}: no answer within {policy.answer_timeout} s") from None
+            if run is not None:
+                run.call = None
             if call.error is not None:
-                await self._pause(r.on_lost(call.error))
+                await self._pause(r.on_lost(call.error), own)
                 continue
             ans = call.answer
             assert ans is not None
-            d = r.on_answer(ans, conn.addr)
+            d = r.on_answer(ans, addr)
             if d is None:
                 return Result(ans, r.ambiguous)
-            await self._pause(d)
+            await self._pause(d, own)
 
-    async def _pause(self, d: float) -> None:
+    async def _pause(self, d: float, own: bool = False) -> None:
         if d <= 0:
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(d):
                 await self._closing_ev.wait()
-        self._check_open()
+        self._check_open(own)
 
     def _abandoned(self, req: AcquireRequest, ans: Answer | None) -> None:
         """An attempt of an acquire whose caller gave up was answered (ans), or its
@@ -460,6 +480,40 @@ class Client(ClientBase):
         and never entering the block, when it is not granted), keeps it alive while inside,
         and releases it at exit."""
         return LockContext(self, key, lease, wait, owner)
+
+    async def _release_lock(self, lock: Lock) -> bool:
+        """Lock.release's run. It runs in the caller's task (no task to start and await,
+        which would cost rounds of the event loop); when the caller is cancelled, a task
+        of the client's goes on from where it was (the attempt sent keeps its place), and
+        the lock's later release() calls, and close, wait for it."""
+        self._start()
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[bool] = loop.create_future()
+        lock._release_task = outcome
+        self._releasing.add(outcome)
+        outcome.add_done_callback(_forget(self._releasing))
+        key, token = lock.key, lock.token
+        r = Retry("R", key, release_policy(), self._conn_count, self._on_moved)
+        line = request_line("R", key.encode(), token)
+        run = _Run()
+
+        async def rest() -> bool:
+            res = await self._attempts(r, line, run)
+            return lock._released_as(release_result(key, res.answer, res.ambiguous))
+
+        try:
+            ok = await rest()
+        except asyncio.CancelledError:
+            if self._closing:
+                outcome.cancel()
+            else:
+                _settle_with(outcome, self._spawn(rest()))
+            raise
+        except BaseException as e:
+            outcome.set_exception(e)
+            raise
+        outcome.set_result(ok)
+        return ok
 
     async def _release(self, key: str, token: int) -> bool:
         """True: the grant no longer holds the key (OK, or NOTHELD to a retry).
@@ -626,7 +680,8 @@ class Lock(LockBase):
         super().__init__(key, token, owner, lease, since)
         self._client = client
         self._ka_task: asyncio.Task[None] | None = None
-        self._release_task: asyncio.Task[bool] | None = None
+        # The release under way or done (Client._release_lock), for later release() calls.
+        self._release_task: asyncio.Future[bool] | None = None
 
     async def extend(self, *, lease: float) -> None:
         """Sets the lease to ``lease`` seconds from now; a running keep-alive renews this
@@ -662,11 +717,8 @@ class Lock(LockBase):
             return done
         t = _ours(self._release_task)
         if t is None or (t.done() and (t.cancelled() or t.exception() is not None)):
-            t = self._release_task = self._client._spawn(self._do_release())
+            return await self._client._release_lock(self)
         return await asyncio.shield(t)
-
-    async def _do_release(self) -> bool:
-        return self._released_as(await self._client._release(self._key, self._token))
 
     def keep_alive(self) -> None:
         """Starts a task that extends the lease every lease/3 until the lock is released
@@ -765,7 +817,7 @@ class LockContext:
             await lk.release()
 
 
-def _ours(task: asyncio.Task[T] | None) -> asyncio.Task[T] | None:
+def _ours(task: asyncio.Future[T] | None) -> asyncio.Future[T] | None:
     """task, unless it runs on another loop than the running one: a lock's keep-alive or
     release started before a fork is the parent's, and the child leaves it alone."""
     if task is not None and task.get_loop() is not asyncio.get_running_loop():
@@ -773,11 +825,38 @@ def _ours(task: asyncio.Task[T] | None) -> asyncio.Task[T] | None:
     return task
 
 
-def _forget(tasks: set[asyncio.Task[Any]]) -> Any:
-    """A done callback that drops a finished task from tasks and reads its exception (so
-    that nobody is told it was never retrieved)."""
+class _Run:
+    """What a request run by _attempts for work that close waits for (a lock's release)
+    leaves to the task that goes on with it: the attempt sent, whose answer is awaited."""
 
-    def done(t: asyncio.Task[Any]) -> None:
+    __slots__ = ("addr", "call")
+
+    def __init__(self) -> None:
+        self.call: Call | None = None
+        self.addr = ""
+
+
+def _settle_with(outcome: asyncio.Future[T], task: asyncio.Task[T]) -> None:
+    """Settles outcome as task ends."""
+
+    def done(t: asyncio.Task[T]) -> None:
+        if outcome.done():
+            return
+        if t.cancelled():
+            outcome.cancel()
+        elif (e := t.exception()) is not None:
+            outcome.set_exception(e)
+        else:
+            outcome.set_result(t.result())
+
+    task.add_done_callback(done)
+
+
+def _forget(tasks: set[Any]) -> Any:
+    """A done callback that drops a finished task (or future) from tasks and reads its
+    exception (so that nobody is told it was never retrieved)."""
+
+    def done(t: asyncio.Future[Any]) -> None:
         tasks.discard(t)
         if not t.cancelled():
             t.exception()
