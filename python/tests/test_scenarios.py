@@ -42,8 +42,8 @@ SERVER_KEYS = {"rules"}
 RULE_KEYS = {"match", "reply", "then", "times", "after"}
 CLIENT_KEYS = {"addresses", "secret", "owner_prefix", "timing"}
 STEP_KEYS = {
-    "call": {"call", "key", "lease", "wait", "owner", "lock", "id", "background", "expect",
-             "within", "took_at_least"},
+    "call": {"call", "key", "permits", "lease", "wait", "owner", "lock", "id", "background",
+             "expect", "within", "took_at_least"},
     "join": {"join", "expect", "within", "took_at_least"},
     "give_up": {"give_up"},
     "wait_for": {"wait_for", "within"},
@@ -506,6 +506,12 @@ class Run:
         args: dict[str, Any] = {"lease": float(st["lease"]), "wait": st.get("wait")}
         if "owner" in st:
             args["owner"] = self.vars.subst(st["owner"])
+        if st["call"] == "acquire_shared":
+            if not isinstance(st.get("permits"), int):
+                raise ScenarioError(f"acquire_shared needs permits, not {st.get('permits')!r}")
+            args["permits"] = st["permits"]
+        elif "permits" in st:
+            raise ScenarioError(f"{st['call']} takes no permits")
         return args
 
     def _keep(self, st: dict[str, Any], lk: Any) -> Any:
@@ -518,6 +524,8 @@ class Run:
         assert c is not None
         if op == "acquire":
             return lambda: self._keep(st, c.acquire(st["key"], **self._acquire_args(st)))
+        if op == "acquire_shared":
+            return lambda: self._keep(st, c.acquire_shared(st["key"], **self._acquire_args(st)))
         if op == "release":
             return lambda: lock.release()
         if op == "extend":
@@ -541,6 +549,9 @@ class Run:
         async def acquire() -> Any:
             return self._keep(st, await c.acquire(st["key"], **self._acquire_args(st)))
 
+        async def acquire_shared() -> Any:
+            return self._keep(st, await c.acquire_shared(st["key"], **self._acquire_args(st)))
+
         async def keep_alive() -> None:
             lock.keep_alive()
 
@@ -555,6 +566,7 @@ class Run:
 
         fns: dict[str, Callable[[], Coroutine[Any, Any, Any]]] = {
             "acquire": acquire,
+            "acquire_shared": acquire_shared,
             "release": lambda: lock.release(),
             "extend": lambda: lock.extend(lease=float(st["lease"])),
             "keep_alive": keep_alive,
@@ -580,11 +592,12 @@ class Run:
         try:
             value = call.fut.result(timeout=max(0.0, call.start + within - time.monotonic()))
             err: BaseException | None = None
-        except concurrent.futures.TimeoutError:
-            pytest.fail(f"{where}: no result within {within} s")
         except (concurrent.futures.CancelledError, asyncio.CancelledError, GaveUp,
                 baton.BatonError) as exc:
+            # Before TimeoutError, which baton.AcquireTimeout is too.
             value, err = None, exc
+        except concurrent.futures.TimeoutError:
+            pytest.fail(f"{where}: no result within {within} s")
         if st.get("took_at_least") and call.took < float(st["took_at_least"]):
             pytest.fail(f"{where}: took {call.took:.3f} s, want at least {st['took_at_least']}")
         e = st.get("expect")

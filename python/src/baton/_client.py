@@ -43,6 +43,7 @@ from ._protocol import (
     Holder,
     check_extend_answer,
     check_key,
+    check_permits,
     granted_token,
     holder_from_answer,
     lease_ms,
@@ -285,8 +286,7 @@ class Client(ClientBase):
                 pause(r.on_pick_error(e))
                 continue
             r.picked()
-            if policy.line is not None:
-                line = policy.line()
+            line = r.next_line(line)
             call = Call(op, key)
             call.on_abandoned = policy.on_abandoned
             try:
@@ -348,7 +348,38 @@ class Client(ClientBase):
         (by default a fresh random one after the client's owner_prefix), which every retry
         of this acquire sends again.
         """
-        req = AcquireRequest(key, lease, wait, owner, self._owner_prefix)
+        return self._acquire(AcquireRequest(key, lease, wait, owner, self._owner_prefix))
+
+    def acquire_shared(
+        self,
+        key: str,
+        *,
+        permits: int,
+        lease: float,
+        wait: float | None = None,
+        owner: str | None = None,
+    ) -> Lock:
+        """Acquires one of ``permits`` shared holds of key (``S``, protocol 1.4), with a
+        lease of ``lease`` seconds: a counting semaphore of ``permits``, or with a large
+        ``permits`` the readers' side of a read-write lock whose writer uses ``acquire``.
+
+        Everything else is as for ``acquire``: ``wait``, ``owner``, retries, failover and
+        the clean-up of a grant after its caller gave up. The Lock's token is this grant's
+        own (an identifier: other holders hold the key at the same time); its ``extend``,
+        ``release`` and ``keep_alive`` act on this grant only. ``permits`` (1 to 1000000)
+        must be that of the key's other shared holders and waiters: a different one raises
+        ServerError with code ``badrequest``, as does an ``owner`` that holds the key
+        exclusively. A cluster below version 4 (shared holds not enabled yet) answers
+        ERR unavailable saying so: retried for 5 s, then Unavailable.
+        """
+        return self._acquire(
+            AcquireRequest(key, lease, wait, owner, self._owner_prefix, check_permits(permits))
+        )
+
+    def _acquire(self, req: AcquireRequest) -> Lock:
+        """acquire and acquire_shared: the request until granted, renewed when the grant
+        may be older than its last attempt."""
+        key, lease = req.key, req.lease
         policy = acquire_policy(
             req,
             on_abandoned=lambda ans: self._abandoned(req, ans),
@@ -356,7 +387,7 @@ class Client(ClientBase):
         )
         may_be_old = req.explicit_owner
         while True:
-            res = self._exchange("A", key, b"", policy)
+            res = self._exchange(req.op, key, b"", policy)
             token = req.token(res.answer)
             if not may_be_old and not res.ambiguous:
                 return Lock(self, key, token, req.owner, lease, req.sent_at)
@@ -375,7 +406,7 @@ class Client(ClientBase):
 
     def _clean_up(self, req: AcquireRequest) -> None:
         """Releases the grant an acquire that gave up may hold unseen (its owner's)."""
-        res = self._exchange("A", req.key, req.cleanup_line(), release_policy())
+        res = self._exchange(req.op, req.key, req.cleanup_line(), release_policy())
         token = granted_token(res.answer)
         if token is not None:
             self._release(req.key, token)

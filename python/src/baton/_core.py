@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, NoReturn, Protocol, TypeVar
 
-from ._errors import AuthError, BatonError, ServerError, Unavailable
+from ._errors import AcquireTimeout, AuthError, BatonError, ServerError, Unavailable
 from ._pairing import ClientClosed
 from ._protocol import (
     ANSWER_TIMEOUT,
@@ -26,6 +26,7 @@ from ._protocol import (
     RELEASE_RETRY,
     RELEASE_WINDOW,
     UNAVAILABLE_WINDOW,
+    VERSION_WINDOW,
     WATCH_PROBE_AFTER,
     WATCH_RETRY_FIRST,
     WATCH_RETRY_MAX,
@@ -69,6 +70,10 @@ class Policy:
     # Wait at most this long for one answer, then raise Unavailable (None: as long as the
     # connection lives; the heartbeat catches a dead one).
     answer_timeout: float | None = None
+    # When positive: ERR unavailable that says the cluster's version is too low for the
+    # request (an S below cluster version 4) is retried this long from the first such
+    # answer, then raised as Unavailable. Zero: retried as any other.
+    version_window: float = 0.0
 
 
 def acquire_policy(
@@ -84,6 +89,7 @@ def acquire_policy(
         line=req.line,
         on_abandoned=on_abandoned,
         on_give_up=on_give_up,
+        version_window=VERSION_WINDOW if req.op == "S" else 0.0,
     )
 
 
@@ -160,6 +166,7 @@ class Retry:
         self.ambiguous = False
         self.backoff = BACKOFF_MIN
         self.last_error: BaseException | None = None
+        self.refused_at: float | None = None  # the first version refusal (Policy)
 
     def give_up(self) -> NoReturn:
         raise Unavailable(
@@ -182,6 +189,19 @@ class Retry:
                 self.give_up()
             d = min(d, left)
         return d
+
+    def next_line(self, line: bytes) -> bytes:
+        """The line of the next attempt: the policy's (an acquire's, with what is left of
+        its wait), else line. An acquire's AcquireTimeout, once its wait ran out while a
+        failure was being retried, says what that failure was."""
+        if self.policy.line is None:
+            return line
+        try:
+            return self.policy.line()
+        except AcquireTimeout as e:
+            if self.last_error is None:
+                raise
+            raise AcquireTimeout(f"{e} (retrying: {self.last_error})") from self.last_error
 
     def picked(self) -> None:
         self.target = self.avoid = None
@@ -220,6 +240,21 @@ class Retry:
             if code != "unavailable" and not (code == "overloaded" and self.policy.steady > 0):
                 raise se
             self.last_error = se
+            if code == "unavailable" and self.policy.version_window > 0 and (
+                "cluster version" in ans.text
+            ):
+                # Refused for the cluster's version: nothing was done (ambiguous stays as
+                # it was); retried for the version window, at most.
+                now = time.monotonic()
+                if self.refused_at is None:
+                    self.refused_at = now
+                ud = self.policy.unavailable_deadline
+                if now - self.refused_at >= self.policy.version_window or (
+                    ud is not None and now >= ud
+                ):
+                    raise Unavailable(f"{self.op} {self.key}: {se}") from se
+                self.avoid = addr
+                return self.pause()
             self.ambiguous = True
             if code == "unavailable":
                 self.avoid = addr

@@ -18,6 +18,10 @@ STALL_TIMEOUT = 1.5  # quiet this long, heartbeat included: the connection is de
 
 PENDING, DONE, ABANDONED = 0, 1, 2  # a call's state
 
+# The ops the client sends on its connections that an older server cannot read: C (protocol
+# 1.3) and S (1.4).
+UNREAD_OPS = ("C", "S")
+
 
 class ConnectionLost(BatonError):
     """The connection failed before the answer came: the request may or may not have
@@ -38,7 +42,7 @@ class Call:
     answer came (the request may have taken effect all the same).
     """
 
-    __slots__ = ("_mu", "answer", "error", "key", "on_abandoned", "op", "state")
+    __slots__ = ("_mu", "answer", "error", "key", "on_abandoned", "op", "seq", "state")
 
     def __init__(
         self, op: str, key: str, on_abandoned: Callable[[Answer | None], None] | None = None
@@ -48,6 +52,7 @@ class Call:
         self.answer: Answer | None = None
         self.error: BaseException | None = None
         self.state = PENDING
+        self.seq = 0  # its place in the order the connection sent its calls
         # The sync client answers calls on reader threads while callers give up on
         # theirs; the lock costs the asyncio client next to nothing.
         self._mu = threading.Lock()
@@ -105,6 +110,7 @@ class Pairing(Generic[C]):
     def __init__(self) -> None:
         self._pending: dict[tuple[str, str], collections.deque[C]] = {}
         self._n = 0
+        self._seq = 0
         self._busy_since = 0.0
         self._last_read = 0.0
         self._probing = False
@@ -118,6 +124,8 @@ class Pairing(Generic[C]):
         if self._n == 0:
             self._busy_since = now
             self._probing = False
+        self._seq += 1
+        call.seq = self._seq
         pair = (call.op, call.key)
         q = self._pending.get(pair)
         if q is None:
@@ -129,10 +137,7 @@ class Pairing(Generic[C]):
         """The oldest call that ans answers, removed; None when ans answers nothing."""
         pair = (ans.op, ans.key)
         if pair == ("?", "-"):
-            # A server that cannot read the line at all answers "? - ERR ...". The client
-            # sends only lines it can read but for C - before protocol 1.3 (an op it does
-            # not know), so that is what such an answer answers.
-            pair = ("C", "-")
+            pair = self._unread(ans.text)
         q = self._pending.get(pair)
         if not q:
             return None
@@ -141,6 +146,22 @@ class Pairing(Generic[C]):
             del self._pending[pair]
         self._n -= 1
         return call
+
+    def _unread(self, text: str) -> tuple[str, str]:
+        """The call a server that cannot read a line at all answers, ``? - ERR badrequest
+        <text>``, echoing neither op nor key: of the ops an older server cannot read (C
+        before protocol 1.3, S before 1.4; every other request the client sends, any
+        server reads), the oldest call still unanswered (such a server answers that line as
+        soon as it reads it). The text names the ops the server reads ("op must be A, R,
+        K, Q, H, C or M"), which rules those out; a text that names none rules out none."""
+        known: set[str] = set()
+        if text.startswith("op must be "):
+            known = {f for f in text[11:].replace(",", " ").split(" ") if len(f) == 1}
+        oldest: C | None = None
+        for (op, _), q in self._pending.items():
+            if op in UNREAD_OPS and op not in known and (oldest is None or q[0].seq < oldest.seq):
+                oldest = q[0]
+        return ("?", "-") if oldest is None else (oldest.op, oldest.key)
 
     def drain(self) -> list[C]:
         """Every unanswered call, removed (the session ended)."""

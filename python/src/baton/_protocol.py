@@ -16,6 +16,7 @@ MAX_OWNER = 64
 OWNER_RANDOM_HEX = 32
 MAX_OWNER_PREFIX = MAX_OWNER - OWNER_RANDOM_HEX
 MAX_MS = 86_400_000
+MAX_PERMITS = 1_000_000
 MAX_LINE = 1024
 HEARTBEAT_KEY = "__baton_heartbeat__"
 
@@ -34,6 +35,10 @@ WATCH_RETRY_FIRST = 0.05  # a watch that lost its node tries again after this...
 WATCH_RETRY_MAX = 1.0  # ...doubling up to this
 WATCH_PROBE_AFTER = 5.0  # a watch connection quiet this long gets a heartbeat (Q)...
 WATCH_STALL = 5.0  # ...and counts as lost when nothing at all comes back this long after it
+# An S answered ERR unavailable because the cluster's version is below shared holds' (4)
+# is retried this long from the first such answer (the version is raised shard by shard,
+# within about a second), then given up: waiting for an upgrade is not what a wait is for.
+VERSION_WINDOW = 5.0
 
 
 _BAD_BYTE = re.compile(rb"[\x00-\x20\x7f]")
@@ -98,6 +103,14 @@ def lease_ms(lease: float) -> int:
     if not (lease > 0) or lease * 1000 > MAX_MS:
         raise ValueError(f"bad lease {lease!r}: want more than 0 and at most 86400 seconds")
     return seconds_to_ms(lease)
+
+
+def check_permits(permits: int) -> int:
+    if isinstance(permits, bool) or not isinstance(permits, int):
+        raise TypeError(f"permits must be an int, not {type(permits).__name__}")
+    if not 1 <= permits <= MAX_PERMITS:
+        raise ValueError(f"bad permits {permits!r}: want 1 to {MAX_PERMITS}")
+    return permits
 
 
 def check_wait(wait: float | None) -> None:
@@ -258,10 +271,18 @@ def check_extend_answer(key: str, token: int, ans: Answer) -> None:
 class AcquireRequest:
     """One acquire as the client sends it, and sends it again on each retry: the same key,
     lease and owner, with what is left of its wait (so a retry never waits longer than the
-    caller asked). Checks every argument before anything is sent."""
+    caller asked). An exclusive acquire is ``A``; with permits, one of that many shared
+    holds, ``S`` (protocol 1.4), which is answered as ``A`` is. Checks every argument
+    before anything is sent."""
 
     def __init__(
-        self, key: str, lease: float, wait: float | None, owner: str | None, prefix: str
+        self,
+        key: str,
+        lease: float,
+        wait: float | None,
+        owner: str | None,
+        prefix: str,
+        permits: int | None = None,
     ) -> None:
         self.key = key
         self.kraw = check_key(key)
@@ -269,6 +290,11 @@ class AcquireRequest:
         self.lease_ms = lease_ms(lease)
         check_wait(wait)
         self.wait = wait
+        if permits is None:
+            self.op, self.head = "A", b"A %s" % self.kraw
+        else:
+            self.op, self.head = "S", b"S %s %d" % (self.kraw, permits)  # checked by caller
+        self.permits = permits
         # An owner named by the caller may hold the key already (a retry across restarts
         # of the caller): its grant is then older than this acquire, and renewed.
         self.explicit_owner = owner is not None
@@ -283,6 +309,10 @@ class AcquireRequest:
         self.unavailable_deadline = self.wait_end if wait != 0 else now
         self.sent_at = 0.0  # when the last attempt was sent: the lease counts from there
 
+    @property
+    def what(self) -> str:
+        return "acquire" if self.permits is None else "acquire_shared"
+
     def line(self) -> bytes:
         """The request line for the next attempt; raises AcquireTimeout once the wait is
         over."""
@@ -294,29 +324,30 @@ class AcquireRequest:
         else:
             left = self.wait_end - self.sent_at
             if left <= 0:
-                raise AcquireTimeout(f"acquire {self.key}: not granted within {self.wait} s")
+                raise AcquireTimeout(f"{self.what} {self.key}: not granted within {self.wait} s")
             wms = seconds_to_ms(left)
-        return b"A %s %d %d %s\n" % (self.kraw, self.lease_ms, wms, self.oraw)
+        return b"%s %d %d %s\n" % (self.head, self.lease_ms, wms, self.oraw)
 
     def cleanup_line(self) -> bytes:
         """For a caller that gave up after an attempt whose answer was lost (so that a
-        grant may be held for its owner, unknown to it): a try-lock with the same owner,
-        which returns that grant's token if it is held (or grants the key, if free), so
-        that the grant can be released."""
-        return request_line("A", self.kraw, self.lease_ms, -1, self.oraw)
+        grant may be held for its owner, unknown to it): a try of the same kind with the
+        same owner (and permits), which returns that grant's token if it is held (or
+        grants the key, if free), so that the grant can be released."""
+        return b"%s %d -1 %s\n" % (self.head, self.lease_ms, self.oraw)
 
     def token(self, ans: Answer) -> int:
         """The token of the grant, from the final answer; raises AcquireTimeout."""
         if ans.status == "TIMEOUT":
-            raise AcquireTimeout(f"acquire {self.key}: not granted in time")
+            raise AcquireTimeout(f"{self.what} {self.key}: not granted in time")
         if ans.status != "OK" or not ans.values:
-            raise BatonError(f"acquire {self.key}: unexpected answer {ans.status}")
+            raise BatonError(f"{self.what} {self.key}: unexpected answer {ans.status}")
         return int(ans.values[0])
 
 
 def granted_token(ans: Answer) -> int | None:
-    """The token of an ``A ... OK`` answer, else None (for grants nobody waits for)."""
-    if ans.op == "A" and ans.status == "OK" and ans.values:
+    """The token of an ``A ... OK`` or ``S ... OK`` answer, else None (for grants nobody
+    waits for)."""
+    if ans.op in ("A", "S") and ans.status == "OK" and ans.values:
         try:
             return int(ans.values[0])
         except ValueError:

@@ -66,6 +66,7 @@ from ._protocol import (
     Leader,
     check_extend_answer,
     check_key,
+    check_permits,
     granted_token,
     holder_from_answer,
     leader_of,
@@ -366,8 +367,7 @@ class Client(ClientBase):
                     await self._pause(r.on_pick_error(e), own)
                     continue
                 r.picked()
-                if policy.line is not None:
-                    line = policy.line()
+                line = r.next_line(line)
                 call = Call(op, key, loop)
                 call.on_abandoned = policy.on_abandoned
                 try:
@@ -431,7 +431,36 @@ class Client(ClientBase):
         of this acquire sends again. Cancelled, it leaves nothing held: a grant that comes
         after is released.
         """
-        req = AcquireRequest(key, lease, wait, owner, self._owner_prefix)
+        return await self._acquire(AcquireRequest(key, lease, wait, owner, self._owner_prefix))
+
+    async def acquire_shared(
+        self,
+        key: str,
+        *,
+        permits: int,
+        lease: float,
+        wait: float | None = None,
+        owner: str | None = None,
+    ) -> Lock:
+        """Acquires one of ``permits`` shared holds of key (``S``, protocol 1.4), with a
+        lease of ``lease`` seconds: a counting semaphore of ``permits``, or with a large
+        ``permits`` the readers' side of a read-write lock whose writer uses ``acquire``.
+
+        Everything else is as for ``acquire`` (cancelled, it leaves nothing held). The
+        Lock's token is this grant's own; its ``extend``, ``release`` and ``keep_alive``
+        act on this grant only. A ``permits`` (1 to 1000000) other than that of the key's
+        other shared holders and waiters raises ServerError with code ``badrequest``, as
+        does an ``owner`` that holds the key exclusively. A cluster below version 4
+        answers ERR unavailable saying so: retried for 5 s, then Unavailable.
+        """
+        return await self._acquire(
+            AcquireRequest(key, lease, wait, owner, self._owner_prefix, check_permits(permits))
+        )
+
+    async def _acquire(self, req: AcquireRequest) -> Lock:
+        """acquire and acquire_shared: the request until granted, renewed when the grant
+        may be older than its last attempt."""
+        key, lease = req.key, req.lease
         policy = acquire_policy(
             req,
             on_abandoned=lambda ans: self._abandoned(req, ans),
@@ -439,7 +468,7 @@ class Client(ClientBase):
         )
         may_be_old = req.explicit_owner
         while True:
-            res = await self._exchange("A", key, b"", policy)
+            res = await self._exchange(req.op, key, b"", policy)
             token = req.token(res.answer)
             if not may_be_old and not res.ambiguous:
                 return Lock(self, key, token, req.owner, lease, req.sent_at)
@@ -463,7 +492,7 @@ class Client(ClientBase):
 
     async def _clean_up(self, req: AcquireRequest) -> None:
         """Releases the grant an acquire that gave up may hold unseen (its owner's)."""
-        res = await self._exchange("A", req.key, req.cleanup_line(), release_policy())
+        res = await self._exchange(req.op, req.key, req.cleanup_line(), release_policy())
         token = granted_token(res.answer)
         if token is not None:
             await self._release(req.key, token)
