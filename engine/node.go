@@ -75,6 +75,7 @@ import (
 	"github.com/baton-dev/baton/engine/internal/savecall"
 	"github.com/baton-dev/baton/engine/raftnet"
 	"github.com/baton-dev/baton/engine/seglog"
+	"github.com/baton-dev/baton/engine/stagetrace"
 	sm "github.com/baton-dev/baton/statemachine"
 )
 
@@ -198,6 +199,10 @@ func (n *Node) start() error {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	n.proposerID = binary.LittleEndian.Uint64(b[:]) | 1 // never 0
+	if stagetrace.On {
+		stagetrace.SetNode(n.cfg.ID)
+		sm.SetUpdateHook(stagetrace.Updating)
+	}
 
 	if n.db, err = sm.OpenDB(filepath.Join(n.cfg.DataDir, tableDir)); err != nil {
 		return fmt.Errorf("open lock table: %w", err)
@@ -483,6 +488,12 @@ func (n *Node) Reset(shardID uint64, t sm.Table) {
 func (n *Node) Applied(shardID, index uint64, h sm.Header, cmds []sm.Command, results []sm.Result) {
 	s := n.shards[shardID-1]
 	s.stats.applied.Store(index)
+	if stagetrace.On && len(cmds) > 0 && stagetrace.Sampled(h.Seq) {
+		t := stagetrace.Now()
+		s.applied(h, cmds, results)
+		stagetrace.Applied(shardID, index, h.Proposer, h.Seq, t, stagetrace.Now())
+		return
+	}
 	s.applied(h, cmds, results)
 }
 

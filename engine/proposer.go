@@ -8,6 +8,7 @@ import (
 	"github.com/lni/dragonboat/v4/client"
 
 	"github.com/baton-dev/baton/codec"
+	"github.com/baton-dev/baton/engine/stagetrace"
 )
 
 // The proposer turns a shard's pending batch into Raft entries, and the
@@ -94,9 +95,16 @@ func (n *Node) proposeLocked(s *shard) {
 		}
 		s.mu.Lock()
 		p := s.takeProposal()
+		var read int64
+		if stagetrace.On {
+			read = s.stageRead.Take()
+		}
 		s.mu.Unlock()
 		if p == nil {
 			return
+		}
+		if stagetrace.On && !p.fence {
+			stagetrace.Proposed(s.id, n.proposerID, p.seq, read, stagetrace.Now())
 		}
 		n.metrics.proposed(len(p.origins))
 		rs, err := n.raft.Propose(session, p.data, proposeTimeout)

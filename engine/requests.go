@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/codec"
+	"github.com/baton-dev/baton/engine/stagetrace"
 	sm "github.com/baton-dev/baton/statemachine"
 )
 
@@ -56,6 +57,9 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 		}
 		// One member: its applied view holds everything acknowledged.
 		s.serveRead(cs, r.Op, r.Key, now)
+	}
+	if stagetrace.On && before == 0 && s.pending.Len() > 0 {
+		s.stageRead.Set(stagetrace.Since(epoch, now))
 	}
 	return s.pending.Len() > before
 }

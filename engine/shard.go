@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/baton-dev/baton/engine/stagetrace"
 	sm "github.com/baton-dev/baton/statemachine"
 )
 
@@ -79,6 +80,11 @@ type shard struct {
 	seq        uint64
 	trailing   map[uint32][]trailingAnswer // answers held back behind an R or K in flight (order.go)
 	nextTrail  uint32
+
+	// stageRead: when the input holding pending's first command was read,
+	// for the probe build's trace (engine/stagetrace); takes no room in a
+	// normal build.
+	stageRead stagetrace.Mark
 
 	// applying: the apply goroutine is in applied, and the answers the
 	// entry produces are held in held, to be written once it is done

@@ -487,6 +487,9 @@ func (s *onDisk) Update(ents []sm.Entry) ([]sm.Entry, error) {
 	if len(ents) == 0 {
 		return ents, nil
 	}
+	if stageOn {
+		stageUpdate(s.shard, ents) // the probe build's trace; nothing otherwise
+	}
 	cmds, results := s.cmds[:0], s.results[:0]
 	t := s.t
 	if t == nil {

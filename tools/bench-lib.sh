@@ -47,9 +47,12 @@ start() {
 # A cluster for the scripts that measure several nodes: node i listens on
 # 127.0.0.1:179i0 (clients), 179i1 (Raft) and 179i2 (--http); pids are its
 # processes while it runs. BATOND is the batond it runs (this tree's build
-# unless a script says otherwise).
+# unless a script says otherwise). PORTS is the ports' prefix instead of
+# 179 (PORTS=176: 176i0, 176i1, 176i2), for a script that must not meet
+# the cluster of another one running at the same time.
 pids=()
 BATOND=${BATOND:-bin/batond}
+PORTS=${PORTS:-179}
 
 # use_config CONFIG sets BATOND and flags from one configuration of a
 # script's CONFIGS: batond flags, optionally led by bin=DIR to run
@@ -79,11 +82,11 @@ start_cluster() {
 	shift
 	rm -rf "$work"/n*
 	peers=""
-	for i in $(seq "$n"); do peers="$peers${peers:+,}127.0.0.1:179${i}1/127.0.0.1:179${i}0"; done
+	for i in $(seq "$n"); do peers="$peers${peers:+,}127.0.0.1:${PORTS}${i}1/127.0.0.1:${PORTS}${i}0"; done
 	for i in $(seq "$n"); do
 		start_node "$i" "$@"
 	done
-	wait_ready 127.0.0.1:17910 || { echo "cluster of $n did not settle:"; tail -5 "$work"/n*.log; exit 1; }
+	wait_ready "127.0.0.1:${PORTS}10" || { echo "cluster of $n did not settle:"; tail -5 "$work"/n*.log; exit 1; }
 }
 
 # serving_shards I...: how many shards nodes I... of the cluster lead and
@@ -92,7 +95,7 @@ start_cluster() {
 serving_shards() {
 	local i
 	for i in "$@"; do
-		curl -s --max-time 0.5 "http://127.0.0.1:179${i}2/status" || true
+		curl -s --max-time 0.5 "http://127.0.0.1:${PORTS}${i}2/status" || true
 	done | jq -s '[.[].shards[] | select(.role == "leader" and .serving) | .id] | unique | length' 2>/dev/null || echo 0
 }
 
@@ -104,7 +107,7 @@ now_ms() { date +%s%3N; }
 start_node() {
 	local i=$1
 	shift
-	"$BATOND" --id "$i" --peers "$peers" --data "$work/n$i" --http "127.0.0.1:179${i}2" "$@" >>"$work/n$i.log" 2>&1 &
+	"$BATOND" --id "$i" --peers "$peers" --data "$work/n$i" --http "127.0.0.1:${PORTS}${i}2" "$@" >>"$work/n$i.log" 2>&1 &
 	pids[i - 1]=$!
 }
 

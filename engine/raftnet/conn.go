@@ -6,6 +6,8 @@ import (
 	"time"
 
 	pb "github.com/lni/dragonboat/v4/raftpb"
+
+	"github.com/baton-dev/baton/engine/stagetrace"
 )
 
 const (
@@ -113,7 +115,15 @@ func (c *messageConn) SendMessageBatch(batch pb.MessageBatch) error {
 		c.use(conn)
 	default:
 	}
-	return c.send(frameBatch, &batch, batch.SizeUpperLimit())
+	var sendAt int64
+	if stagetrace.On {
+		sendAt = stagetrace.Now()
+	}
+	err := c.send(frameBatch, &batch, batch.SizeUpperLimit())
+	if stagetrace.On && err == nil {
+		stagetrace.BatchSent(&batch, sendAt)
+	}
+	return err
 }
 
 // Close closes the connection.

@@ -17,6 +17,8 @@ import (
 	"github.com/lni/dragonboat/v4/config"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
+
+	"github.com/baton-dev/baton/engine/stagetrace"
 )
 
 // Name is the transport's name, as NodeHost reports it.
@@ -223,6 +225,10 @@ func (t *Transport) serve(c net.Conn) {
 	var buf []byte
 	for {
 		kind, payload, grown, err := readFrame(r, hdr[:], buf)
+		var readAt int64
+		if stagetrace.On {
+			readAt = stagetrace.Now()
+		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !t.isClosed() {
 				t.log.Debug("raft transport: connection ended", "peer", c.RemoteAddr().String(), "err", err)
@@ -235,6 +241,9 @@ func (t *Transport) serve(c net.Conn) {
 			if err := b.Unmarshal(payload); err != nil {
 				t.log.Warn("raft transport: bad message batch", "peer", c.RemoteAddr().String(), "err", err)
 				return
+			}
+			if stagetrace.On {
+				stagetrace.BatchReceived(&b, readAt)
 			}
 			t.onBatch(b)
 		case frameChunk:

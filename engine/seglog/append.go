@@ -8,8 +8,18 @@ import "fmt"
 // the sync, so that the index always follows the log's order; a failed
 // sync fails this call and every later write, as does a failed write.
 func (l *LogDB) write(rec []byte, mustSync bool) error {
+	end, err := l.appendRecord(rec)
+	if err != nil || !mustSync {
+		return err
+	}
+	return l.syncTo(end)
+}
+
+// appendRecord is write without the sync: it returns the log's size once
+// rec is in the file, which syncTo takes to make rec durable.
+func (l *LogDB) appendRecord(rec []byte) (end uint64, err error) {
 	if len(rec)-headerSize > maxPayload {
-		return fmt.Errorf("seglog: record of %d bytes, at most %d", len(rec)-headerSize, maxPayload)
+		return 0, fmt.Errorf("seglog: record of %d bytes, at most %d", len(rec)-headerSize, maxPayload)
 	}
 	l.mu.Lock()
 	seq, payloadOff, err := l.appendLocked(recBatch, rec)
@@ -23,12 +33,9 @@ func (l *LogDB) write(rec []byte, mustSync bool) error {
 			l.err = err
 		}
 	}
-	end := l.written
+	end = l.written
 	l.mu.Unlock()
-	if err != nil || !mustSync {
-		return err
-	}
-	return l.syncTo(end)
+	return end, err
 }
 
 // appendLocked writes the record at the end of the active segment, first

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/engine/internal/savecall"
+	"github.com/baton-dev/baton/engine/stagetrace"
 	"github.com/lni/dragonboat/v4/raftio"
 	pb "github.com/lni/dragonboat/v4/raftpb"
 )
@@ -51,6 +52,11 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 		return nil
 	}
 	start := time.Now()
+	var saveAt int64
+	if stagetrace.On {
+		saveAt = stagetrace.Now()
+		stagetrace.Committed(updates, saveAt)
+	}
 	c, release := l.workers.Get(workerID)
 	defer release()
 	c.mu.Lock()
@@ -103,8 +109,21 @@ func (l *LogDB) SaveRaftState(updates []pb.Update, workerID uint64) error {
 		return nil
 	}
 	mustSync := call.MustSync()
-	if err := l.write(buf, mustSync); err != nil {
+	end, err := l.appendRecord(buf)
+	if err != nil {
 		return err
+	}
+	var writeAt int64
+	if stagetrace.On {
+		writeAt = stagetrace.Now()
+	}
+	if mustSync {
+		if err := l.syncTo(end); err != nil {
+			return err
+		}
+	}
+	if stagetrace.On {
+		stagetrace.Saved(updates, saveAt, writeAt, stagetrace.Now())
 	}
 	l.saves.Record(mustSync, start)
 	return nil
