@@ -126,7 +126,7 @@ func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) O
 //     stall timeout (see WithStallTimeout) has failed too;
 //   - MOVED: the request goes to the named node (dialled if it is new), and
 //     that node becomes the preferred one for all requests;
-//   - ERR unavailable: retried with a growing backoff (up to a second)
+//   - ERR unavailable: retried with a growing backoff (up to 250 ms)
 //     until the context ends (an acquire's wait too: the error then
 //     matches ErrTimeout and says what the last answer was), on another
 //     node than the one that said it (a node cut off from the others

@@ -30,6 +30,11 @@ addrs=127.0.0.1:17910,127.0.0.1:17920,127.0.0.1:17930
 round() {
 	# shellcheck disable=SC2086 # a configuration is words
 	start_cluster 3 --shards 1 $flags
+	# Node 1 leads by priority once it has asked for the shard back: wait
+	# for that, and for the cluster version's raise, so that the stop is
+	# the only change of leader in the round.
+	for _ in $(seq 400); do [ "$(serving_shards 1)" = 1 ] && break; sleep 0.01; done
+	sleep 1
 	bin/baton bench --addr "$addrs" --via client --conns 1 --depth 1 --duration "$DURATION" --warmup 0 \
 		--quiet --json "$work/gap.json" >/dev/null 2>&1 &
 	local bench=$!
