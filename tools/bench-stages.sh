@@ -15,7 +15,9 @@
 # p50), then per shape a fresh cluster (default settings, 127.0.0.1 only),
 # a warm-up run, the measured run (baton bench, uncontended acquire and
 # release on keys of each slot's own, through node 1, the leader), and the
-# disk's flush again after the servers ran.
+# disk's flush again after the servers ran. With PLAIN=1 (the default)
+# each traced run is followed by the same run of a normal build (bin/batond,
+# nothing traced), so that what the probe costs shows beside it.
 #
 #   tools/bench-stages.sh     # ROUNDS=3 DURATION=8s WARMUP=2s EVERY=4 FLUSHES=2000 SHAPES="1x1 16x16"
 #   OUT=/tmp/stages tools/bench-stages.sh     # keep every round's trace files and bench JSON there
@@ -33,18 +35,37 @@ EVERY=${EVERY:-4}
 FLUSHES=${FLUSHES:-2000}
 SHAPES=${SHAPES:-1x1 16x16}
 OUT=${OUT:-}
+PLAIN=${PLAIN:-1}
 
 mkdir -p "$work/probe"
 go build -tags stagetrace -o "$work/probe/batond" ./cmd/batond
 go build -o "$work/stagetrace" ./tools/stagetrace
-BATOND=$work/probe/batond
+
+# measure DIR CONNS DEPTH: a warm-up, then the measured run into DIR/bench.json,
+# against the cluster started last; DIR/window is the run's start and end
+# on the trace clock.
+measure() {
+	bin/baton bench --addr "127.0.0.1:${PORTS}10" --conns "$2" --depth "$3" --duration "$WARMUP" --warmup 0 \
+		--quiet --json "$work/warm.json" >/dev/null
+	local from to
+	from=$("$work/stagetrace" now)
+	bin/baton bench --addr "127.0.0.1:${PORTS}10" --conns "$2" --depth "$3" --duration "$DURATION" --warmup 0 \
+		--quiet --json "$1/bench.json" >/dev/null
+	to=$("$work/stagetrace" now)
+	echo "$from $to" >"$1/window"
+}
+
+# figures DIR: the bench's figures of a run.
+figures() {
+	echo "cycles/s=$(jq -r '.cycles_per_sec | floor' "$1/bench.json") acquire_p50_us=$(jq -r .acquire_us.p50 "$1/bench.json") acquire_p99_us=$(jq -r .acquire_us.p99 "$1/bench.json") errors=$(jq -c '.errors' "$1/bench.json") loadavg=$(cut -d' ' -f1 /proc/loadavg)"
+}
 
 # disk_flush prints the disk's flush p50 in µs.
 disk_flush() { "$work/stagetrace" flush -dir "$work" -n "$FLUSHES" | sed -n 's/.*p50_us=\([0-9]*\).*/\1/p'; }
 
 echo "3 nodes (default settings, batond built with -tags stagetrace, one entry in $EVERY traced), $DURATION per run after $WARMUP of warm-up, $ROUNDS rounds, shapes $SHAPES"
 : >"$work/flush-before"; : >"$work/flush-after"
-for shape in $SHAPES; do : >"$work/p50-$shape"; : >"$work/rate-$shape"; : >"$work/dirs-$shape"; done
+for shape in $SHAPES; do : >"$work/p50-$shape"; : >"$work/rate-$shape"; : >"$work/dirs-$shape"; : >"$work/plainp50-$shape"; : >"$work/plainrate-$shape"; done
 for round in $(seq "$ROUNDS"); do
 	before=$(disk_flush)
 	echo "$before" >>"$work/flush-before"
@@ -52,21 +73,27 @@ for round in $(seq "$ROUNDS"); do
 		conns=${shape%x*} depth=${shape#*x}
 		dir=$work/r$round-$shape
 		mkdir -p "$dir"
+		BATOND=$work/probe/batond
 		# shellcheck disable=SC2086 # BATOND_FLAGS are words
 		BATON_STAGETRACE=$dir BATON_STAGETRACE_EVERY=$EVERY start_cluster 3 ${BATOND_FLAGS:-}
-		bin/baton bench --addr 127.0.0.1:${PORTS}10 --conns "$conns" --depth "$depth" --duration "$WARMUP" --warmup 0 \
-			--quiet --json "$work/warm.json" >/dev/null
-		from=$("$work/stagetrace" now)
-		bin/baton bench --addr 127.0.0.1:${PORTS}10 --conns "$conns" --depth "$depth" --duration "$DURATION" --warmup 0 \
-			--quiet --json "$dir/bench.json" >/dev/null
-		to=$("$work/stagetrace" now)
-		echo "$from $to" >"$dir/window"
+		measure "$dir" "$conns" "$depth"
 		sleep 1 # the nodes write their events out every 200 ms
 		stop_cluster
-		rate=$(jq -r '.cycles_per_sec | floor' "$dir/bench.json")
-		p50=$(jq -r '.acquire_us.p50' "$dir/bench.json")
-		echo "round=$round shape=$shape cycles/s=$rate acquire_p50_us=$p50 acquire_p99_us=$(jq -r .acquire_us.p99 "$dir/bench.json") errors=$(jq -c '.errors' "$dir/bench.json") loadavg=$(cut -d' ' -f1 /proc/loadavg)"
-		echo "$rate" >>"$work/rate-$shape"; echo "$p50" >>"$work/p50-$shape"; echo "$dir" >>"$work/dirs-$shape"
+		echo "round=$round shape=$shape traced $(figures "$dir")"
+		jq -r '.cycles_per_sec | floor' "$dir/bench.json" >>"$work/rate-$shape"
+		jq -r '.acquire_us.p50' "$dir/bench.json" >>"$work/p50-$shape"
+		echo "$dir" >>"$work/dirs-$shape"
+		if [ "$PLAIN" = 1 ]; then
+			BATOND=bin/batond
+			mkdir -p "$dir/plain"
+			# shellcheck disable=SC2086 # BATOND_FLAGS are words
+			start_cluster 3 ${BATOND_FLAGS:-}
+			measure "$dir/plain" "$conns" "$depth"
+			stop_cluster
+			echo "round=$round shape=$shape plain  $(figures "$dir/plain")"
+			jq -r '.cycles_per_sec | floor' "$dir/plain/bench.json" >>"$work/plainrate-$shape"
+			jq -r '.acquire_us.p50' "$dir/plain/bench.json" >>"$work/plainp50-$shape"
+		fi
 	done
 	after=$(disk_flush)
 	echo "$after" >>"$work/flush-after"
@@ -77,7 +104,10 @@ echo
 echo "disk flush (write+fdatasync, 4 KiB, preallocated) p50: MEDIAN before=$(median <"$work/flush-before") after=$(median <"$work/flush-after") µs"
 cols=()
 for shape in $SHAPES; do
-	echo "shape=$shape MEDIAN cycles/s=$(median <"$work/rate-$shape") acquire_p50_us=$(median <"$work/p50-$shape") (baton bench, client side)"
+	echo "shape=$shape traced MEDIAN cycles/s=$(median <"$work/rate-$shape") acquire_p50_us=$(median <"$work/p50-$shape") (baton bench, client side)"
+	if [ "$PLAIN" = 1 ]; then
+		echo "shape=$shape plain  MEDIAN cycles/s=$(median <"$work/plainrate-$shape") acquire_p50_us=$(median <"$work/plainp50-$shape")"
+	fi
 	name=$shape
 	[ "$shape" = 1x1 ] && name="1 client"
 	[ "$shape" = 16x16 ] && name="16 x 16"
