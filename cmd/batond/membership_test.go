@@ -40,8 +40,8 @@ const (
 
 // member runs "M - <args>" on a connection to addr, following MOVED
 // (back to addr when the node named is down: a leader just killed) and
-// retrying ERR unavailable for 15 s, and returns the answer's fields
-// after "M -".
+// retrying ERR unavailable, and a refusal while another change is under
+// way, for 15 s, and returns the answer's fields after "M -".
 func member(t *testing.T, addr, args string) []string {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
@@ -63,13 +63,17 @@ func member(t *testing.T, addr, args string) []string {
 			t.Fatalf("M - %s: answered %q", args, line)
 		case f[2] == "MOVED":
 			to = f[3]
-		case f[2] == "ERR" && f[3] == "unavailable":
+		case f[2] == "ERR" && f[3] == "unavailable",
+			f[2] == "ERR" && f[3] == "refused" && strings.Contains(line, "a membership change is under way"):
+			// The refusal says to retry once the change is done (the
+			// coordinator finishing an add, a moment after the new member
+			// shows as a voter).
 			time.Sleep(100 * time.Millisecond)
 		default:
 			return f[2:]
 		}
 	}
-	t.Fatalf("M - %s: no answer but MOVED or ERR unavailable in 15 s", args)
+	t.Fatalf("M - %s: no answer but MOVED, ERR unavailable or a change under way in 15 s", args)
 	return nil
 }
 
