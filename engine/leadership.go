@@ -6,26 +6,11 @@ import sm "github.com/baton-dev/baton/statemachine"
 // this node's fence applied and until another node's does, and handing
 // everything over when it stops.
 
-// awaitingFence reports whether Raft says this node leads the shard, and
-// it is to serve as soon as its fence applies (a new leader, at start or
-// after an election or a hand-off). Requests that come meanwhile are taken
-// as if it served: acquires queue, releases and extends are batched, and
-// queries wait in the read queue; none is proposed or answered from the
-// view before the fence applied (takeProposal, takeReads, grantHead look at
-// serving). So a client sent here by MOVED is served once the fence
-// commits, not answered ERR unavailable; and if the leadership goes before
-// that, they are answered MOVED or ERR unavailable as every waiting
-// request is (stopServing, dropPending).
-func (s *shard) awaitingFence() bool {
-	return !s.serving && s.leaderID == s.node.cfg.ID && !s.stopping && !s.handingOff && !s.node.draining.Load()
-}
-
 // leaderUpdated follows Raft's view of who leads the shard.
 func (s *shard) leaderUpdated(leaderID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leaderID = leaderID
-	s.kickReads() // reads held for a fence are answered if it will not come
 	if leaderID == s.node.cfg.ID {
 		if !s.serving && !s.stopping {
 			// Serve only once our fence has applied: by then every earlier
@@ -71,7 +56,6 @@ func (s *shard) startServing(now int64) {
 		s.grantHead(ks)
 	}
 	s.kickIfPending()
-	s.kickReads()
 }
 
 // lostFence stops serving once another node's fence applied after ours, or

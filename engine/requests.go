@@ -16,7 +16,7 @@ import (
 func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.serving && !s.awaitingFence() {
+	if !s.serving {
 		if r.Op == codec.OpAcquire || r.Op == codec.OpShared {
 			if ks := s.keys[string(r.Key)]; ks != nil && ks.hasLiveWaiter(cs) {
 				// An earlier acquire of the key on this connection is still
@@ -49,9 +49,7 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 		}
 		s.releaseOrExtend(cs, r)
 	case codec.OpQuery, codec.OpWatch, codec.OpUnwatch:
-		if s.node.clustered() || !s.serving {
-			// Behind a ReadIndex; or, awaiting the fence, until the view
-			// holds every entry before it (reads.go).
+		if s.node.clustered() {
 			s.queueRead(cs, r.Op, r.Key)
 			break
 		}
@@ -206,11 +204,10 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 	ks := s.keys[string(r.Key)]
 	if ks == nil {
 		slot, held := s.table.Find(r.Key)
-		if !held && !s.node.clustered() && s.serving {
+		if !held && !s.node.clustered() {
 			// Nothing holds the key and nothing is in flight for it, and a
 			// single node cannot have lost its leadership: the answer is
-			// certain without a round through Raft (once it serves: before
-			// its fence, its view may not hold the whole log yet).
+			// certain without a round through Raft.
 			s.send(cs, r.Op, r.Key, codec.StatusNotHeld)
 			return
 		}
