@@ -27,7 +27,15 @@ from ._pairing import (
     unexpected_answer,
 )
 from ._pairing import Call as BaseCall
-from ._protocol import HEARTBEAT_KEY, MAX_LINE, parse_answer, request_line, split_address
+from ._protocol import (
+    HEARTBEAT_KEY,
+    MAX_LINE,
+    MAX_PARTIAL_LINE,
+    parse_answer,
+    request_line,
+    split_address,
+    split_lines,
+)
 
 if TYPE_CHECKING:
     from .aio import Client
@@ -35,7 +43,6 @@ if TYPE_CHECKING:
 REDIAL_INTERVAL = 3.0
 MIN_REDIAL_GAP = 0.1
 _TICK = 0.1  # how often the watch looks at the clock
-_READ_LIMIT = 64 * 1024
 _RECV_SIZE = 64 * 1024  # read at most this much at once
 
 
@@ -285,17 +292,10 @@ class Conn:
             return
         pairing = self._pairing
         pairing.read(time.monotonic())
-        if self._rbuf:
-            data = self._rbuf + data
-        if data.endswith(b"\n"):
-            self._rbuf = b""
-            lines = data[:-1].split(b"\n")
-        else:
-            lines = data.split(b"\n")
-            self._rbuf = lines.pop()
-            if len(self._rbuf) > _READ_LIMIT:
-                self._fail(transport, ConnectionError("answer line too long"))
-                return
+        lines, self._rbuf = split_lines(self._rbuf, data)
+        if len(self._rbuf) > MAX_PARTIAL_LINE:
+            self._fail(transport, ConnectionError("answer line too long"))
+            return
         for line in lines:
             if not line.strip():
                 continue
@@ -467,7 +467,7 @@ async def dial(
                 sock=sock,
                 ssl=ctx,
                 server_hostname=host if ctx is not None else None,
-                limit=_READ_LIMIT,
+                limit=MAX_PARTIAL_LINE,
             )
         except BaseException:
             sock.close()

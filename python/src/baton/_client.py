@@ -37,6 +37,7 @@ from ._errors import NotHeld, Unavailable
 from ._lock import Lock
 from ._protocol import (
     DEFAULT_DIAL_TIMEOUT,
+    MAX_PARTIAL_LINE,
     REFRESH_INTERVAL,
     AcquireRequest,
     Answer,
@@ -512,7 +513,7 @@ class Client(ClientBase):
                     is_state, st = wl.state(parse_answer(line))
                     if is_state:
                         yield st
-                if len(buf) > 64 * 1024:
+                if len(buf) > MAX_PARTIAL_LINE:
                     raise ConnectionError("answer line too long")
                 if self._closing.is_set():
                     return

@@ -41,7 +41,15 @@ from ._pairing import (
     unexpected_answer,
 )
 from ._pairing import Call as BaseCall
-from ._protocol import HEARTBEAT_KEY, Answer, parse_answer, request_line, split_address
+from ._protocol import (
+    HEARTBEAT_KEY,
+    MAX_PARTIAL_LINE,
+    Answer,
+    parse_answer,
+    request_line,
+    split_address,
+    split_lines,
+)
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -299,16 +307,9 @@ class Conn:
                 if self._sock is not sock:
                     return ConnectionError("connection closed")
                 self._pairing.read(time.monotonic())
-                if self._rbuf:
-                    data = self._rbuf + data
-                if data.endswith(b"\n"):
-                    self._rbuf = b""
-                    lines = data[:-1].split(b"\n")
-                else:
-                    lines = data.split(b"\n")
-                    self._rbuf = lines.pop()
-                    if len(self._rbuf) > 64 * 1024:
-                        err = ConnectionError("answer line too long")
+                lines, self._rbuf = split_lines(self._rbuf, data)
+                if len(self._rbuf) > MAX_PARTIAL_LINE:
+                    err = ConnectionError("answer line too long")
                 for line in lines:
                     if not line.strip():
                         continue

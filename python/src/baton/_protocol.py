@@ -19,6 +19,9 @@ MAX_MS = 86_400_000
 MAX_PERMITS = 1_000_000
 MAX_LINE = 1024
 HEARTBEAT_KEY = "__baton_heartbeat__"
+# The longest unfinished answer line a connection keeps: far past any answer, so only
+# a server that sends no line ends at all reaches it.
+MAX_PARTIAL_LINE = 64 * 1024
 
 # The timings CLIENTS.md sets, the same for the sync and the asyncio client.
 RELEASE_WINDOW = 5.0  # a release is retried this long...
@@ -353,3 +356,14 @@ def granted_token(ans: Answer) -> int | None:
         except ValueError:
             return None
     return None
+
+
+def split_lines(rest: bytes, data: bytes) -> tuple[list[bytes], bytes]:
+    """The whole lines of rest + data, without their LF, and what follows the last LF
+    (the start of a line still coming): how both clients' connections read answers."""
+    if rest:
+        data = rest + data
+    if data.endswith(b"\n"):
+        return data[:-1].split(b"\n"), b""
+    lines = data.split(b"\n")
+    return lines, lines.pop()
