@@ -1,26 +1,123 @@
 package engine
 
-import sm "github.com/baton-dev/baton/statemachine"
+import (
+	"time"
+
+	"github.com/baton-dev/baton/codec"
+	sm "github.com/baton-dev/baton/statemachine"
+)
 
 // Leadership: following Raft's view of who leads the shard, serving once
 // this node's fence applied and until another node's does, and handing
 // everything over when it stops.
+
+// awaitingFence reports whether Raft says this node leads the shard, and
+// it is to serve as soon as its fence applies (a new leader, at start or
+// after an election or a hand-off), for at most fenceWait. Requests that
+// come meanwhile are taken as if it served: acquires queue (a try too: the
+// view may lack the last commits, so its TIMEOUT waits for the fence,
+// endTries), releases and extends are batched, and queries wait in the
+// read queue; none is proposed or answered from the view before the fence
+// applied (takeProposal, takeReads, grantHead look at serving). So a
+// client sent here by MOVED is served once the fence commits, not answered
+// ERR unavailable; and if the leadership goes before that, they are
+// answered MOVED or ERR unavailable as every waiting request is
+// (stopServing, dropPending).
+func (s *shard) awaitingFence() bool {
+	return !s.serving && s.fenceWaitUntil != 0 && s.leaderID == s.node.cfg.ID && !s.stopping && !s.handingOff && !s.node.draining.Load()
+}
+
+// fenceWait bounds how long requests are held for a new leader's fence: an
+// election timeout. A fence that has not applied by then is held up by
+// more than a commit (a transfer of the leadership under way, during which
+// dragonboat drops proposals; a leader cut off from its peers), and a
+// client is better told at once, as it was before the wait (CI saw a query
+// held 2.1 s on a node whose fence could not commit while the leadership
+// moved on).
+func (s *shard) fenceWait() int64 {
+	return int64(time.Duration(electionTicks) * s.node.cfg.RTT)
+}
+
+// awaitFence asks for a fence of this node's, which Raft names leader, and
+// holds the requests that come for it (awaitingFence) from now on, for
+// fenceWait.
+func (s *shard) awaitFence() {
+	s.needFence = true
+	s.fenceWaitUntil = monoNow() + s.fenceWait()
+	s.timerMayBeEarlier(s.fenceWaitUntil)
+	s.kickIfPending()
+}
+
+// fenceWaitRanOut answers what was held for the fence once fenceWait has
+// passed without it, as a node that does not serve answers: releases and
+// extends batched for it, queries and watches, and tries. Acquires that
+// wait keep waiting within their own wait, as those parked while nobody
+// leads do: served once the fence applies, MOVED if another node leads
+// first.
+func (s *shard) fenceWaitRanOut() {
+	s.fenceWaitUntil = 0
+	if s.serving {
+		return
+	}
+	if s.node.tracing {
+		s.trace("fence not applied in time: not holding requests for it", "leader", s.leaderID)
+	}
+	s.dropPending()
+	s.kickReads()
+	for _, ks := range s.keys {
+		s.endTries(ks, errNotServing)
+	}
+}
+
+// endTries answers the tries (wait -1) still queued in ks, which a node
+// awaiting its fence queues rather than decide from a view that may lack
+// the last commits: TIMEOUT when err is nil (startServing, once the Grants
+// of those that fit, and of owners' retries, were proposed), else as a
+// deferred err answers (deferredAnswer). An answer waits behind an earlier
+// acquire of the key on the same connection, as every answer to one (op,
+// key) does.
+func (s *shard) endTries(ks *keyState, err error) {
+	var tries []*waiter
+	for w := ks.head; w != nil; w = w.next {
+		if w.tryLock && w.state == waitQueued {
+			tries = append(tries, w)
+		}
+	}
+	for _, w := range tries {
+		if !w.inQueue || w.state != waitQueued {
+			continue
+		}
+		switch {
+		case s.hasEarlierLive(w):
+			w.state, w.deferred = waitDeferred, deferredAnswer{err: err}
+			ks.deferred++
+		case err == nil:
+			s.send(w.cs, w.op(), bytesOf(ks.key), codec.StatusTimeout)
+			s.finish(w)
+		default:
+			s.answerNotServing(w.cs, w.op(), bytesOf(ks.key))
+			s.finish(w)
+		}
+	}
+	s.forgetIfIdle(ks)
+}
 
 // leaderUpdated follows Raft's view of who leads the shard.
 func (s *shard) leaderUpdated(leaderID uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leaderID = leaderID
+	s.kickReads() // reads held for a fence are answered if it will not come
 	if leaderID == s.node.cfg.ID {
 		if !s.serving && !s.stopping {
 			// Serve only once our fence has applied: by then every earlier
 			// committed entry is in our view, and from it on no other
 			// node's batch takes effect (statemachine: The fence).
-			s.needFence = true
-			s.kickIfPending()
+			s.awaitFence()
 		}
 		return
 	}
+	s.fenceWaitUntil = 0
 	if leaderID == 0 && !s.stopping {
 		// Nobody leads for a moment (an election, a transfer): stop
 		// serving, but keep the waiters parked. They are answered MOVED
@@ -51,11 +148,14 @@ func (s *shard) startServing(now int64) {
 	// does not charge them for that time: every lease starts afresh.
 	// Waiters parked while nobody led are served again.
 	s.table.Each(func(slot uint32) { s.setDeadline(slot, s.table.LeaseMs(slot), now) })
+	s.fenceWaitUntil = 0
 	for _, ks := range s.keys {
 		s.regrantParked(ks)
 		s.grantHead(ks)
+		s.endTries(ks, nil)
 	}
 	s.kickIfPending()
+	s.kickReads()
 }
 
 // lostFence stops serving once another node's fence applied after ours, or
@@ -69,7 +169,7 @@ func (s *shard) lostFence() {
 	s.serving = false
 	s.dropPending()
 	if s.leaderID == s.node.cfg.ID && !s.stopping {
-		s.needFence = true
+		s.awaitFence()
 	}
 	if s.node.tracing {
 		s.trace("fence lost: not serving", "leader", s.leaderID)

@@ -88,10 +88,14 @@ func needsReadIndex(batch []pendingRead) bool {
 }
 
 // takeReads empties the read queue; serving says whether a ReadIndex is
-// worth asking for.
+// worth asking for. Awaiting its fence, a node leaves them queued:
+// startServing, or the end of the leadership, kicks the reader again.
 func (s *shard) takeReads() (batch []pendingRead, serving bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.awaitingFence() {
+		return nil, false
+	}
 	batch, s.reads = s.reads, nil
 	return batch, s.serving
 }

@@ -16,7 +16,7 @@ import (
 func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.serving {
+	if !s.serving && !s.awaitingFence() {
 		if r.Op == codec.OpAcquire || r.Op == codec.OpShared {
 			if ks := s.keys[string(r.Key)]; ks != nil && ks.hasLiveWaiter(cs) {
 				// An earlier acquire of the key on this connection is still
@@ -49,7 +49,9 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 		}
 		s.releaseOrExtend(cs, r)
 	case codec.OpQuery, codec.OpWatch, codec.OpUnwatch:
-		if s.node.clustered() {
+		if s.node.clustered() || !s.serving {
+			// Behind a ReadIndex; or, awaiting the fence, until the view
+			// holds every entry before it (reads.go).
 			s.queueRead(cs, r.Op, r.Key)
 			break
 		}
@@ -99,7 +101,10 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 	}
 	retry := s.isRetry(ks, r.Owner)
 	fits := s.fitsNow(ks, r.Permits)
-	if r.WaitMs == codec.WaitNone && !retry && !fits {
+	// A try that cannot be granted now is answered TIMEOUT at once; one
+	// that comes while this node awaits its fence queues instead, since the
+	// view may lack the last commits (endTries answers it).
+	if r.WaitMs == codec.WaitNone && !retry && !fits && s.serving {
 		if ks.hasLiveWaiter(cs) {
 			s.deferAnswer(cs, ks, r.Op, nil)
 		} else {
@@ -204,10 +209,11 @@ func (s *shard) releaseOrExtend(cs *connState, r *codec.Request) {
 	ks := s.keys[string(r.Key)]
 	if ks == nil {
 		slot, held := s.table.Find(r.Key)
-		if !held && !s.node.clustered() {
+		if !held && !s.node.clustered() && s.serving {
 			// Nothing holds the key and nothing is in flight for it, and a
 			// single node cannot have lost its leadership: the answer is
-			// certain without a round through Raft.
+			// certain without a round through Raft (once it serves: before
+			// its fence, its view may not hold the whole log yet).
 			s.send(cs, r.Op, r.Key, codec.StatusNotHeld)
 			return
 		}

@@ -109,7 +109,11 @@ type shard struct {
 	leaderID  uint64 // as last reported by Raft; 0 when unknown
 	serving   bool   // this node leads the shard and holds the fence: its fence applied, no other since
 	needFence bool   // a fence must be proposed (once Raft says this node leads) before serving
-	stopping  bool   // the node shuts down: serve nothing, pull nothing
+	// fenceWaitUntil: while Raft names this node leader and its fence has
+	// not applied, the monotonic time until which requests are held for
+	// the fence (awaitingFence); 0 when none are.
+	fenceWaitUntil int64
+	stopping       bool // the node shuts down: serve nothing, pull nothing
 	// handingOff: the node hands the shard over, because it is leaving
 	// (cluster.go, transferLeadership) or a node of higher priority asked
 	// (handOffAsked): commands are batched but not proposed, and

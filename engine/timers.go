@@ -143,10 +143,20 @@ func (s *shard) armLease(slot uint32) {
 	s.timerMayBeEarlier(s.leases.deadlineOf(slot))
 }
 
+// nextTimer returns the earliest deadline of the shard's timers: leases,
+// waits, and the end of a wait for this node's fence (fenceWait).
+func (s *shard) nextTimer() (int64, bool) {
+	next, ok := nextDeadline(&s.leases, s.waits)
+	if f := s.fenceWaitUntil; f != 0 && (!ok || f < next) {
+		return f, true
+	}
+	return next, ok
+}
+
 // timerMayBeEarlier wakes the timer goroutine if when may come before the
 // deadline it sleeps towards.
 func (s *shard) timerMayBeEarlier(when int64) {
-	if next, _ := nextDeadline(&s.leases, s.waits); when > next {
+	if next, _ := s.nextTimer(); when > next {
 		return
 	}
 	select {
@@ -165,8 +175,11 @@ func (s *shard) fireTimers(now int64) (next int64, ok bool) {
 	for w, ok := s.waits.popDue(now); ok; w, ok = s.waits.popDue(now) {
 		s.waitDue(w)
 	}
+	if s.fenceWaitUntil != 0 && now >= s.fenceWaitUntil {
+		s.fenceWaitRanOut()
+	}
 	s.kickIfPending()
-	return nextDeadline(&s.leases, s.waits)
+	return s.nextTimer()
 }
 
 // leaseDue proposes Expire for a lease that ran out, with the next waiter's
