@@ -251,3 +251,46 @@ func TestTryAwaitsFence(t *testing.T) {
 		t.Fatalf("the try of k, released before the fence: %q", got)
 	}
 }
+
+// TestHandOffHoldsUntilNewLeader: while a hand-off leaves the shard
+// without a leader for a moment, what was batched and what comes
+// meanwhile is held, and answered MOVED once the new leader is known,
+// not ERR unavailable.
+func TestHandOffHoldsUntilNewLeader(t *testing.T) {
+	s := testShard(t)
+	s.node.cfg.Peers = append(s.node.cfg.Peers, Peer{RaftAddr: "127.0.0.1:3", ClientAddr: "127.0.0.1:4"})
+	cs := newConn()
+	request(t, s, cs, "A k 10000 0")
+	p, cmds := take(t, s)
+	apply(s, p, cmds, sm.Result{Code: sm.Granted})
+	if got := answers(cs); len(got) != 1 || got[0] != "A k OK 1025" {
+		t.Fatalf("acquire: %q", got)
+	}
+	s.mu.Lock()
+	s.handingOff = true
+	s.mu.Unlock()
+	request(t, s, cs, "R k 1025")
+	s.leaderUpdated(0)
+	request(t, s, cs, "K k 1025 1000")
+	request(t, s, cs, "A j 10000 0")
+	request(t, s, cs, "Q k")
+	if got := answers(cs); len(got) != 0 {
+		t.Fatalf("answered while the hand-off had no leader yet: %q", got)
+	}
+	if batch, _ := s.takeReads(); len(batch) != 0 {
+		t.Fatalf("the reader took %d reads before the new leader was known", len(batch))
+	}
+	s.leaderUpdated(2)
+	got := answers(cs)
+	if len(got) != 3 {
+		t.Fatalf("once the new leader is known: %q, want R, K and A answered MOVED", got)
+	}
+	for _, g := range got {
+		if !strings.Contains(g, " MOVED 127.0.0.1:4") {
+			t.Fatalf("once the new leader is known: %q, want each answered MOVED 127.0.0.1:4", got)
+		}
+	}
+	if batch, serving := s.takeReads(); len(batch) != 1 || serving {
+		t.Fatalf("the reader takes %d reads (serving %v) once the new leader is known, want the Q", len(batch), serving)
+	}
+}

@@ -27,6 +27,25 @@ func (s *shard) awaitingFence() bool {
 	return !s.serving && s.fenceWaitUntil != 0 && s.leaderID == s.node.cfg.ID && !s.stopping && !s.handingOff && !s.node.draining.Load()
 }
 
+// awaitingNewLeader reports whether this node handed the shard over and
+// Raft names no leader for the moment, the transfer under way: what comes
+// meanwhile is held (as awaitingFence holds it) and answered MOVED once
+// the new leader is known (stopServing), a few milliseconds later, rather
+// than ERR unavailable, which costs a client its backoff, or a release
+// its 200 ms retry interval (CLIENTS.md), at every graceful hand-off. If
+// this node is named leader again instead, its fence is awaited and what
+// was held is served after it.
+func (s *shard) awaitingNewLeader() bool {
+	return !s.serving && s.handingOff && s.leaderID == 0 && !s.stopping
+}
+
+// holding reports whether requests that this node does not serve now are
+// held for a moment rather than answered at once: awaitingFence or
+// awaitingNewLeader.
+func (s *shard) holding() bool {
+	return s.awaitingFence() || s.awaitingNewLeader()
+}
+
 // fenceWait bounds how long requests are held for a new leader's fence: an
 // election timeout. A fence that has not applied by then is held up by
 // more than a commit (a transfer of the leadership under way, during which
@@ -121,10 +140,11 @@ func (s *shard) leaderUpdated(leaderID uint64) {
 	if leaderID == 0 && !s.stopping {
 		// Nobody leads for a moment (an election, a transfer): stop
 		// serving, but keep the waiters parked. They are answered MOVED
-		// once the new leader is known, or served again if it is us.
+		// once the new leader is known, or served again if it is us. So
+		// are the commands batched during a hand-off (awaitingNewLeader).
 		s.serving = false
-		s.dropPending()
 		if !s.handingOff {
+			s.dropPending()
 			// Cut off, or the leader it was is gone: ERR unavailable. A
 			// hand-off ends them with MOVED once the new leader is known
 			// (stopServing).

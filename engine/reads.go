@@ -88,12 +88,13 @@ func needsReadIndex(batch []pendingRead) bool {
 }
 
 // takeReads empties the read queue; serving says whether a ReadIndex is
-// worth asking for. Awaiting its fence, a node leaves them queued:
-// startServing, or the end of the leadership, kicks the reader again.
+// worth asking for. Holding requests (awaiting its fence or a new leader),
+// a node leaves them queued: startServing, or a leader named, kicks the
+// reader again.
 func (s *shard) takeReads() (batch []pendingRead, serving bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.awaitingFence() {
+	if s.holding() {
 		return nil, false
 	}
 	batch, s.reads = s.reads, nil

@@ -16,7 +16,7 @@ import (
 func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.serving && !s.awaitingFence() {
+	if !s.serving && !s.holding() {
 		if r.Op == codec.OpAcquire || r.Op == codec.OpShared {
 			if ks := s.keys[string(r.Key)]; ks != nil && ks.hasLiveWaiter(cs) {
 				// An earlier acquire of the key on this connection is still
