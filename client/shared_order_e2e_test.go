@@ -26,3 +26,28 @@ func TestSharedRefusalKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnersTryBehindItsAcquire: a try sent, in the same write, right
+// behind an acquire of the same owner is that acquire again (the retry a
+// client sends after a lost answer): it gets the same token, not TIMEOUT
+// while the first Grant commits (found by the Python client's tests).
+func TestOwnersTryBehindItsAcquire(t *testing.T) {
+	t.Parallel()
+	n := startNode(t)
+	c := n.Dial(t)
+	c.AwaitSharedHolds(t, "owned-s", 2)
+	for _, tc := range []struct{ acquire, try string }{
+		{"A owned-a 10000 0 o1", "A owned-a 10000 -1 o1"},
+		{"S owned-s 2 10000 0 o1", "S owned-s 2 10000 -1 o1"},
+	} {
+		c.Send(tc.acquire, tc.try)
+		lines, err := c.ReadLines(2, 10*time.Second)
+		if err != nil {
+			t.Fatalf("%q: %v", lines, err)
+		}
+		op := tc.acquire[:1]
+		if !strings.Contains(lines[0], " OK ") || lines[1] != lines[0] {
+			t.Fatalf("%s then its owner's try: %q, want the same OK twice", op, lines)
+		}
+	}
+}

@@ -96,6 +96,9 @@ type keyState struct {
 	deferred  int32 // waitDeferred waiters in the queue
 	queued    int32 // waiters in the queue, deferred ones too
 	expiring  bool  // an Expire for the holder's token is in flight
+	// triesQueued: a try may wait in the queue for what decides it (its
+	// owner's Grant in flight, or this node's fence): endTries answers it.
+	triesQueued bool
 	// parked: idle, but kept in the shard's ring of parked keyStates
 	// (busy.go), because the key is held.
 	parked bool

@@ -85,17 +85,24 @@ func (s *shard) fenceWaitRanOut() {
 	s.kickReads()
 	for _, ks := range s.keys {
 		s.endTries(ks, errNotServing)
+		s.forgetIfIdle(ks)
 	}
 }
 
-// endTries answers the tries (wait -1) still queued in ks, which a node
-// awaiting its fence queues rather than decide from a view that may lack
-// the last commits: TIMEOUT when err is nil (startServing, once the Grants
-// of those that fit, and of owners' retries, were proposed), else as a
-// deferred err answers (deferredAnswer). An answer waits behind an earlier
-// acquire of the key on the same connection, as every answer to one (op,
-// key) does.
+// endTries answers the tries (wait -1) still queued in ks, which wait
+// there only until what decides them (triesQueued): a node awaiting its
+// fence queues them rather than decide from a view that may lack the last
+// commits, and a try whose owner's Grant is in flight waits for it
+// (ownerGranting; those are left until it applied). TIMEOUT when err is
+// nil (a serving node, once the Grants of those that fit, and of owners'
+// retries, were proposed), else as a deferred err answers
+// (deferredAnswer). An answer waits behind an earlier acquire of the key
+// on the same connection, as every answer to one (op, key) does.
 func (s *shard) endTries(ks *keyState, err error) {
+	if !ks.triesQueued {
+		return
+	}
+	ks.triesQueued = false
 	var tries []*waiter
 	for w := ks.head; w != nil; w = w.next {
 		if w.tryLock && w.state == waitQueued {
@@ -107,6 +114,8 @@ func (s *shard) endTries(ks *keyState, err error) {
 			continue
 		}
 		switch {
+		case err == nil && s.ownerGranting(ks, bytesOf(w.owner), w.permits):
+			ks.triesQueued = true
 		case s.hasEarlierLive(w):
 			w.state, w.deferred = waitDeferred, deferredAnswer{err: err}
 			ks.deferred++
@@ -118,7 +127,6 @@ func (s *shard) endTries(ks *keyState, err error) {
 			s.finish(w)
 		}
 	}
-	s.forgetIfIdle(ks)
 }
 
 // leaderUpdated follows Raft's view of who leads the shard.
@@ -173,6 +181,7 @@ func (s *shard) startServing(now int64) {
 		s.regrantParked(ks)
 		s.grantHead(ks)
 		s.endTries(ks, nil)
+		s.forgetIfIdle(ks)
 	}
 	s.kickIfPending()
 	s.kickReads()
@@ -251,6 +260,7 @@ func (s *shard) dropPending() {
 		case originGrant:
 			o.ks.grantSettled(o.w)
 			o.w.state = waitQueued
+			o.ks.triesQueued = o.ks.triesQueued || o.w.tryLock
 		case originInternal:
 			if o.shared {
 				o.ks.notExpiring(o.token)

@@ -163,6 +163,9 @@ func (s *shard) applyOne(i int, c *sm.Command, res sm.Result, o *origin, failed 
 		s.answer(o, c, res, failed, now)
 	}
 	s.grantHead(ks)
+	if s.serving {
+		s.endTries(ks, nil)
+	}
 	s.forgetIfIdle(ks)
 }
 
@@ -244,7 +247,9 @@ func (s *shard) answer(o *origin, c *sm.Command, res sm.Result, failed bool, now
 
 // granted answers the acquire a grant landed for, and every other waiting
 // acquire of its owner. A new grant (fresh: not the owner's own grant found
-// again) that nobody waits for any more is given back at once.
+// again) that nobody waits for any more is given back at once, unless
+// another acquire of its owner has a Grant in flight, which will be
+// Regranted it (ownerGranting).
 func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) {
 	ks := w.ks
 	live := !failed && !w.abandoned && !w.cs.peerGone(now)
@@ -257,7 +262,7 @@ func (s *shard) granted(w *waiter, token uint64, fresh, failed bool, now int64) 
 	// be deposed, and the new leader may have given this very grant to a
 	// retry of its owner since (the release would be fenced then, but the
 	// lease frees the key anyway).
-	if !s.grantSameOwner(ks, w, token) && !live && fresh && s.serving {
+	if !s.grantSameOwner(ks, w, token) && !live && fresh && s.serving && !s.ownerGranting(ks, bytesOf(w.owner), w.permits) {
 		if s.node.tracing {
 			s.trace("grant for nobody: released", "key", ks.key, "token", token, "failed", failed, "abandoned", w.abandoned)
 		}

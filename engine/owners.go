@@ -45,6 +45,30 @@ func (s *shard) isRetry(ks *keyState, owner []byte) bool {
 	return s.table.Owner(uint32(ks.slot)) == string(owner)
 }
 
+// ownerGranting reports whether an acquire of owner, of the kind permits
+// says, has its Grant in flight for ks: a try of that owner is then the
+// same acquire, decided by that Grant's outcome (grantSameOwner answers it
+// if it lands, endTries if not), not answered TIMEOUT before it; and a
+// grant of that owner that lands for nobody is not given back, since that
+// Grant will find it (Regranted). An exclusive Grant is found even when
+// its acquire was abandoned (ks.granting); a shared one only while its
+// acquire waits for it (an abandoned one is given back as it lands, if
+// nobody else of its owner waits).
+func (s *shard) ownerGranting(ks *keyState, owner []byte, permits uint32) bool {
+	if len(owner) == 0 {
+		return false
+	}
+	if g := ks.granting; g != nil && g.permits == permits && g.owner == string(owner) {
+		return true
+	}
+	for z := ks.head; z != nil; z = z.next {
+		if (z.state == waitGranting || z.state == waitRegranting) && z.permits == permits && z.owner == string(owner) {
+			return true
+		}
+	}
+	return false
+}
+
 // regrant proposes the Grant of a retry. w is the acquire, in the queue
 // as waitRegranting until the outcome is known (regranted).
 func (s *shard) regrant(ks *keyState, w *waiter) {

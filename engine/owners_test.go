@@ -181,3 +181,87 @@ func TestQueryShowsOwner(t *testing.T) {
 		t.Fatalf("answers %q", got)
 	}
 }
+
+// A try whose owner has an acquire with its Grant in flight is that same
+// acquire: it is answered by the Grant's outcome, not TIMEOUT before it
+// lands (a client's clean-up try after a lost answer would leave the
+// grant held until its lease ran out). Another owner's try is not held
+// back.
+func TestTryOfOwnerAwaitsItsGrant(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		acquire, try   string
+		sameConn, gone bool
+		want           string // the try's answer
+	}{
+		{"exclusive, another connection", "A k 10000 0 o1", "A k 10000 -1 o1", false, false, "A k OK 1025"},
+		{"exclusive, pipelined on one connection", "A k 10000 0 o1", "A k 10000 -1 o1", true, false, "A k OK 1025"},
+		{"exclusive, the acquire's connection gone", "A k 10000 0 o1", "A k 10000 -1 o1", false, true, "A k OK 1025"},
+		{"exclusive, another owner", "A k 10000 0 o1", "A k 10000 -1 o2", false, false, "A k TIMEOUT"},
+		{"shared, pipelined on one connection", "S k 1 10000 0 o1", "S k 1 10000 -1 o1", true, false, "S k OK 1025"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := sharedShard(t)
+			first := newConn()
+			second := newConn()
+			if tc.sameConn {
+				second = first
+			}
+			request(t, s, first, tc.acquire)
+			p, cmds := take(t, s)
+			if tc.gone {
+				s.node.closeConn(first)
+			}
+			request(t, s, second, tc.try)
+			if strings.HasSuffix(tc.want, "TIMEOUT") {
+				if got := answers(second); len(got) != 1 || got[0] != tc.want {
+					t.Fatalf("another owner's try: %q, want %q at once", got, tc.want)
+				}
+				return
+			}
+			if got := answers(second); len(got) != 0 {
+				t.Fatalf("the owner's try answered before its Grant applied: %q", got)
+			}
+			apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
+			got := answers(second)
+			if tc.sameConn {
+				if len(got) != 2 || got[0] != tc.want || got[1] != tc.want {
+					t.Fatalf("pipelined acquire and try: %q, want both %q", got, tc.want)
+				}
+			} else if len(got) != 1 || got[0] != tc.want {
+				t.Fatalf("the owner's try: %q, want %q", got, tc.want)
+			}
+			s.mu.Lock()
+			pending := s.pending.Len()
+			s.mu.Unlock()
+			if pending != 0 {
+				t.Fatal("the grant was released although the owner's try took it")
+			}
+		})
+	}
+}
+
+// An abandoned shared grant that lands while another acquire of its owner
+// has its own Grant in flight (it fitted: the key had room) is kept for
+// that one, which is Regranted it: given back, it would be released under
+// an acquire just answered OK with it.
+func TestSharedGrantKeptForOwnersGrantInFlight(t *testing.T) {
+	s := sharedShard(t)
+	gone, retry := newConn(), newConn()
+	request(t, s, gone, "S k 2 10000 0 o1")
+	p1, cmds1 := take(t, s)
+	s.node.closeConn(gone)
+	request(t, s, retry, "S k 2 10000 -1 o1")
+	p2, cmds2 := take(t, s)
+	apply(s, p1, cmds1, sm.Result{Code: sm.Granted})
+	s.mu.Lock()
+	pending := s.pending.Len()
+	s.mu.Unlock()
+	if pending != 0 {
+		t.Fatal("the abandoned grant was given back while its owner's other Grant was in flight")
+	}
+	apply(s, p2, cmds2, sm.Result{Code: sm.Regranted})
+	if got := answers(retry); len(got) != 1 || got[0] != "S k OK 1025" {
+		t.Fatalf("the owner's other acquire: %q, want the grant", got)
+	}
+}

@@ -101,10 +101,14 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 	}
 	retry := s.isRetry(ks, r.Owner)
 	fits := s.fitsNow(ks, r.Permits)
-	// A try that cannot be granted now is answered TIMEOUT at once; one
-	// that comes while this node awaits its fence queues instead, since the
-	// view may lack the last commits (endTries answers it).
-	if r.WaitMs == codec.WaitNone && !retry && !fits && s.serving {
+	// A try that cannot be granted now is answered TIMEOUT at once, unless
+	// that is not decided yet: while this node awaits its fence (the view
+	// may lack the last commits), or while an acquire of the same owner
+	// has its Grant in flight (the same acquire: a client's clean-up try
+	// after a lost answer must not be told TIMEOUT of a grant that is
+	// about to land). Then it queues, and endTries answers it.
+	undecided := !retry && !fits && r.WaitMs == codec.WaitNone && (!s.serving || s.ownerGranting(ks, r.Owner, r.Permits))
+	if r.WaitMs == codec.WaitNone && !retry && !fits && !undecided {
 		if ks.hasLiveWaiter(cs) {
 			s.deferAnswer(cs, ks, r.Op, nil)
 		} else {
@@ -140,6 +144,9 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 		return
 	}
 	ks.enqueue(w)
+	// A try queued while this node awaits its fence waits for it, even one
+	// that fits: its Grant is proposed only once the node serves.
+	ks.triesQueued = ks.triesQueued || undecided || (w.tryLock && !s.serving)
 	if r.WaitMs > 0 {
 		w.waitUntil = now + r.WaitMs*int64(time.Millisecond)
 		s.waits.set(w)
