@@ -23,8 +23,18 @@ type Config struct {
 	Conns int
 	// Depth is the number of requests (hold) or lock cycles (the other
 	// workloads) each connection keeps in flight. Each cycle slot acts as
-	// one client: it starts its next cycle when the last one ended.
+	// one client: it starts its next cycle when the last one ended (with
+	// Shape ShapeBatch, when the connection's round ended).
 	Depth int
+	// Shape is how a connection keeps its Depth cycles in flight:
+	// ShapeWindow (the default when empty), a sliding window, each slot
+	// sending its next request as soon as its last one is answered; or
+	// ShapeBatch, rounds as a client library's pipeline makes them: the
+	// Depth acquires in one write, then, once every one is answered, the
+	// releases of those granted in one write, and once those are all
+	// answered the next round. Batches are for the uncontended workload
+	// over the wire, closed loop.
+	Shape string
 	// Keys is the size of the key space. Uncontended and mixed split it
 	// evenly over the Conns*Depth cycle slots, at least one key per slot.
 	// Contended shares it: slot j (counting over all connections) uses key
@@ -114,6 +124,12 @@ const (
 	WorkloadMixed       = "mixed"
 	WorkloadExpiry      = "expiry"
 	WorkloadHold        = "hold"
+)
+
+// Shapes of the pipelined load (Config.Shape).
+const (
+	ShapeWindow = "window"
+	ShapeBatch  = "batch"
 )
 
 // DefaultFIFOSlack is Config.FIFOSlack's default. A server can only queue an
@@ -216,6 +232,27 @@ func (c *Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("via %q: want %s or %s", c.Via, ViaWire, ViaClient)
+	}
+	switch c.Shape {
+	case "":
+		c.Shape = ShapeWindow
+	case ShapeWindow:
+	case ShapeBatch:
+		// A round waits for its slowest answer: on shared keys
+		// (contended) or leases left to run out (expiry) it would
+		// measure that wait, not the pipeline; a schedule (rate) has
+		// nothing to pace in a round that starts when the last one
+		// ended; and the Go client sends no batches of its own.
+		switch {
+		case c.Workload != WorkloadUncontended:
+			return fmt.Errorf("shape batch: only the uncontended workload (not %s)", c.Workload)
+		case c.Via != ViaWire:
+			return fmt.Errorf("shape batch: only via %s (the Go client sends no batches)", ViaWire)
+		case c.Rate > 0:
+			return errors.New("shape batch runs closed loop: a round starts when the last one ended (no rate)")
+		}
+	default:
+		return fmt.Errorf("shape %q: want %s or %s", c.Shape, ShapeWindow, ShapeBatch)
 	}
 	if ms := durationMs(c.Lease); ms < 1 || ms > codec.MaxLeaseMs {
 		return fmt.Errorf("lease %v: want 1ms..24h", c.Lease)

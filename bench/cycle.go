@@ -46,7 +46,8 @@ var cycleSpecs = map[string]cycleSpec{
 
 // latNames name the latency kinds in Result.PercentilesOf.
 var latNames = [numLat]string{latAcquire: "acquire", latRelease: "release", latExtend: "extend",
-	latQuery: "query", latCycle: "cycle", latHandoff: "handoff", latExpiry: "expiry_delay"}
+	latQuery: "query", latCycle: "cycle", latHandoff: "handoff", latExpiry: "expiry_delay",
+	latRoundA: "acquire_round", latRoundR: "release_round"}
 
 // cycleSlot is one of a connection's Depth concurrent lock cycles: one
 // client that runs its cycles one after the other. It has at most one
@@ -140,6 +141,13 @@ func (c *cycler) start(i int, now time.Duration) {
 		c.exhausted = true
 		return
 	}
+	c.startCycle(i, start, measured, now)
+}
+
+// startCycle sends the first step of slot i's next cycle, which began at
+// start (open loop: was due then), at now; a measured cycle has taken its
+// ticket of the ops budget.
+func (c *cycler) startCycle(i int, start time.Duration, measured bool, now time.Duration) {
 	s := &c.slots[i]
 	s.key, s.idx = c.keys.appendKey(s.key[:0], i, s.n)
 	if c.owners != nil {
@@ -190,10 +198,7 @@ func (c *cycler) finish(i int, now time.Duration) {
 func (c *cycler) response(r *codec.Response, now time.Duration) {
 	i, ok := c.pair(r)
 	if !ok {
-		if r.Status != codec.StatusOK {
-			c.st.addErr(statusKind(r), 1)
-		}
-		c.st.addErr(errUnpaired, 1)
+		c.unpaired(r)
 		return
 	}
 	c.inflight--
@@ -248,6 +253,15 @@ func (c *cycler) response(r *codec.Response, now time.Duration) {
 		c.st.lastDone = now
 	}
 	c.finish(i, now)
+}
+
+// unpaired counts an answer to nothing in flight, and its status when it
+// is not OK.
+func (c *cycler) unpaired(r *codec.Response) {
+	if r.Status != codec.StatusOK {
+		c.st.addErr(statusKind(r), 1)
+	}
+	c.st.addErr(errUnpaired, 1)
 }
 
 // granted checks a grant of token to slot s and records what it ended.
@@ -355,6 +369,9 @@ func runCycles(ctx context.Context, cfg *Config) (*Result, error) {
 			c.pace = pacers[i]
 		}
 		hs[i] = c
+		if cfg.Shape == ShapeBatch {
+			hs[i] = &batcher{cycler: c}
+		}
 	}
 	res := newResult(cfg)
 	res.Unit = spec.unit
@@ -416,6 +433,9 @@ func finishResult(res *Result, cfg *Config, spec *cycleSpec, rec *recorder, end 
 	}
 	res.ReleaseUs, res.ExtendUs, res.QueryUs = opt(latRelease), opt(latExtend), opt(latQuery)
 	res.HandoffUs, res.ExpiryDelayUs = opt(latHandoff), opt(latExpiry)
+	if cfg.Shape == ShapeBatch {
+		res.RoundUs = &RoundLatency{Acquire: summarize(rec.hist[latRoundA]), Release: summarize(rec.hist[latRoundR])}
+	}
 	res.Percentiles = percentiles(rec.hist[spec.tickKind])
 	res.PercentilesOf = latNames[spec.tickKind]
 	res.TokenViolations = rec.violations

@@ -29,6 +29,18 @@
 //     grant read plus the lease: a slight underestimate, since the lease
 //     began when the grant took effect) to the next grant.
 //
+// Pipelined load has two shapes (Config.Shape). The default is a sliding
+// window: each slot sends its next request as soon as its last one is
+// answered, so a connection never falls idle and the figure is the
+// server's capacity. ShapeBatch (uncontended, over the wire, closed loop)
+// sends rounds as a client library's pipeline does: each connection
+// writes its Depth acquires at once, waits for every answer, writes the
+// releases of the tokens granted at once, waits for every answer, and
+// starts the next round; a round waits for its slowest answer, so besides
+// each acquire's latency it reports each round's (Result.RoundUs), which
+// is what the pipeline's caller waits for. An acquire answered TIMEOUT or
+// an error has no release in its round.
+//
 // For every grant sequence the token of a key must grow: per slot for keys
 // of a slot's own, across all connections for shared keys.
 //

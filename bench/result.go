@@ -25,6 +25,10 @@ type Result struct {
 	Addrs   []string `json:"addrs"`
 	Conns   int      `json:"conns"`
 	Depth   int      `json:"depth"`
+	// Shape is "batch" when each connection sent its cycles in rounds
+	// (Config.Shape ShapeBatch); absent for the sliding window, and for
+	// the Go client and hold, which have no shape to choose.
+	Shape string `json:"shape,omitempty"`
 	// Keys is the number of distinct keys the cycles use.
 	Keys    int   `json:"keys,omitempty"`
 	LeaseMs int64 `json:"lease_ms"`
@@ -43,6 +47,12 @@ type Result struct {
 	// last step.
 	AcquireUs Latency `json:"acquire_us"`
 	CycleUs   Latency `json:"cycle_us"`
+	// RoundUs (batch) is the latency of the rounds, what a client
+	// library's pipeline makes its caller wait for: the acquire batch
+	// from its write to the last of its answers, and the release batch
+	// likewise. AcquireUs stays each acquire's own, from the batch's
+	// write to its answer.
+	RoundUs *RoundLatency `json:"round_us,omitempty"`
 	// ReleaseUs, ExtendUs and QueryUs: from sending R, K or Q to its answer.
 	ReleaseUs *Latency `json:"release_us,omitempty"`
 	ExtendUs  *Latency `json:"extend_us,omitempty"`
@@ -136,6 +146,14 @@ func (r *Result) NoteBehind(behind int64) {
 	}
 }
 
+// RoundLatency is the latency of a batch run's rounds (Result.RoundUs).
+type RoundLatency struct {
+	Acquire Latency `json:"acquire"`
+	// Release counts only rounds that released something: a round whose
+	// acquires all failed sends no release batch.
+	Release Latency `json:"release"`
+}
+
 // Point is one second of a run.
 type Point struct {
 	// T is the end of the second, from the start of the run (warm-up
@@ -193,7 +211,7 @@ func (r *Result) errorList(keep func(kind string) bool) []string {
 }
 
 func newResult(cfg *Config) *Result {
-	return &Result{
+	res := &Result{
 		Workload: cfg.Workload,
 		Via:      cfg.Via,
 		Owners:   cfg.Owners || cfg.Via == ViaClient,
@@ -207,6 +225,10 @@ func newResult(cfg *Config) *Result {
 		WarmupS:  cfg.Warmup.Seconds(),
 		Errors:   map[string]int64{},
 	}
+	if cfg.Shape == ShapeBatch {
+		res.Shape = ShapeBatch
+	}
+	return res
 }
 
 // WriteText writes a human summary of r.
@@ -221,6 +243,9 @@ func (r *Result) WriteText(w io.Writer) error {
 	}
 	if r.Permits > 0 {
 		via += fmt.Sprintf(", shared holds of %d permits per key", r.Permits)
+	}
+	if r.Shape == ShapeBatch {
+		via += fmt.Sprintf(", in rounds of %d acquires then their releases", r.Depth)
 	}
 	fmt.Fprintf(&b, "workload %s: %d conns x depth %d against %s%s, lease %dms, wait %dms\n",
 		r.Workload, r.Conns, r.Depth, strings.Join(r.Addrs, ","), via, r.LeaseMs, r.WaitMs)
@@ -338,6 +363,10 @@ func writeLatency(b *strings.Builder, r *Result) {
 		}
 	}
 	row("cycle", r.CycleUs)
+	if r.RoundUs != nil {
+		row("acq round", r.RoundUs.Acquire)
+		row("rel round", r.RoundUs.Release)
+	}
 }
 
 // fmtUs formats microseconds with a unit that keeps 3 significant digits.

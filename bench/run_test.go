@@ -72,35 +72,43 @@ func TestUncontendedAgainstFake(t *testing.T) {
 }
 
 func TestUncontendedOpsLimit(t *testing.T) {
-	srv := startFake(t, benchtest.Options{})
-	res, err := Run(context.Background(), Config{
-		Addrs: []string{srv.Addr()}, Conns: 3, Depth: 5, Keys: 100,
-		Workload: WorkloadUncontended, Duration: 10 * time.Second, Ops: 1000,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Cycles != 1000 || res.Stop != endOps {
-		t.Fatalf("cycles %d, stop %q: want exactly 1000 ended by ops", res.Cycles, res.Stop)
-	}
-	if len(res.Errors) != 0 || srv.Held() != 0 {
-		t.Fatalf("errors %v, held %d", res.Errors, srv.Held())
+	for _, shape := range []string{ShapeWindow, ShapeBatch} {
+		t.Run(shape, func(t *testing.T) {
+			srv := startFake(t, benchtest.Options{})
+			res, err := Run(context.Background(), Config{
+				Addrs: []string{srv.Addr()}, Conns: 3, Depth: 5, Keys: 100, Shape: shape,
+				Workload: WorkloadUncontended, Duration: 10 * time.Second, Ops: 1000,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Cycles != 1000 || res.Stop != endOps {
+				t.Fatalf("cycles %d, stop %q: want exactly 1000 ended by ops", res.Cycles, res.Stop)
+			}
+			if len(res.Errors) != 0 || srv.Held() != 0 {
+				t.Fatalf("errors %v, held %d", res.Errors, srv.Held())
+			}
+		})
 	}
 }
 
 func TestUncontendedReportsTokenViolations(t *testing.T) {
-	srv := startFake(t, benchtest.Options{FixedToken: 7})
-	// One key per slot, so every cycle after the first re-grants a key
-	// with the same token.
-	res, err := Run(context.Background(), Config{
-		Addrs: []string{srv.Addr()}, Conns: 1, Depth: 2, Keys: 2,
-		Workload: WorkloadUncontended, Duration: time.Second, Ops: 50,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.TokenViolations != res.Cycles-2 || res.Cycles != 50 {
-		t.Fatalf("violations %d over %d cycles, want cycles-2", res.TokenViolations, res.Cycles)
+	for _, shape := range []string{ShapeWindow, ShapeBatch} {
+		t.Run(shape, func(t *testing.T) {
+			srv := startFake(t, benchtest.Options{FixedToken: 7})
+			// One key per slot, so every cycle after the first re-grants a
+			// key with the same token.
+			res, err := Run(context.Background(), Config{
+				Addrs: []string{srv.Addr()}, Conns: 1, Depth: 2, Keys: 2, Shape: shape,
+				Workload: WorkloadUncontended, Duration: time.Second, Ops: 50,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.TokenViolations != res.Cycles-2 || res.Cycles != 50 {
+				t.Fatalf("violations %d over %d cycles, want cycles-2", res.TokenViolations, res.Cycles)
+			}
+		})
 	}
 }
 

@@ -74,6 +74,8 @@ const (
 	latCycle          // cycle start (as latAcquire) -> the OK of its last step
 	latHandoff        // contended: the R that freed a key sent -> the key's next grant read
 	latExpiry         // expiry: a grant read plus its lease -> the key's next grant read
+	latRoundA         // batch: a round's acquires sent -> the last of their answers
+	latRoundR         // batch: a round's releases sent -> the last of their answers
 	numLat
 )
 

@@ -68,6 +68,18 @@ Flags:
   --conns N          load connections (default 16)
   --depth N          cycle slots (hold: requests in flight) per connection
                      (default 16; contended 1)
+  --shape SHAPE      how a connection keeps its --depth cycles in flight.
+                     window: a sliding window, each slot sending its next
+                     request as soon as its last one is answered (the
+                     server's capacity); batch: rounds, as a client
+                     library's pipeline sends them: the --depth acquires
+                     in one write, then, once all are answered, the
+                     releases of those granted in one write, then the next
+                     round. Batch also reports each round's latency (the
+                     acquire batch from its write to its last answer, and
+                     the release batch likewise: what the pipeline's
+                     caller waits for); uncontended over the wire, closed
+                     loop only (default window)
   --keys N           uncontended, mixed: distinct keys, split evenly over
                      the slots, at least one each (default 1000000);
                      contended: shared keys (default 1); expiry: one per
@@ -167,6 +179,7 @@ func benchFlags(o *benchOpts, wait *waitFlag, getenv func(string) string) *flag.
 	fs.StringVar(&c.Via, "via", bench.ViaWire, "")
 	fs.IntVar(&c.Conns, "conns", 16, "")
 	fs.IntVar(&c.Depth, "depth", 16, "")
+	fs.StringVar(&c.Shape, "shape", bench.ShapeWindow, "")
 	fs.IntVar(&c.Keys, "keys", 1_000_000, "")
 	fs.DurationVar(&c.Lease, "lease", 0, "")
 	fs.Var(wait, "wait", "")

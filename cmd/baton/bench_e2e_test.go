@@ -126,6 +126,12 @@ func TestBenchRealNodeOtherModes(t *testing.T) {
 	m = benchJSON(t, n.ClientAddr, "--via", "client", "--workload", "contended", "--conns", "4", "--duration", "1s", "--warmup", "0")
 	requireFields(t, m, append(cycleFields, "via", "handoff_us"), []string{"cycles", "handoffs_per_sec", "fifo_checked"})
 
+	m = benchJSON(t, n.ClientAddr, "--shape", "batch", "--conns", "2", "--depth", "8", "--duration", "1s", "--warmup", "0")
+	requireFields(t, m, append(cycleFields, "shape", "round_us", "release_us"), []string{"cycles", "cycles_per_sec"})
+	if r, _ := m["round_us"].(map[string]any); r == nil || r["acquire"] == nil || r["release"] == nil {
+		t.Errorf("round_us = %v", m["round_us"])
+	}
+
 	m = benchJSON(t, n.ClientAddr, "--rate", "300", "--conns", "2", "--depth", "4", "--duration", "1500ms", "--warmup", "200ms")
 	requireFields(t, m, append(cycleFields, "rate"), []string{"cycles_per_sec"})
 	if v := m["cycles_per_sec"].(float64); v < 250 || v > 350 {

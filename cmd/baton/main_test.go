@@ -69,6 +69,10 @@ func TestBadUsage(t *testing.T) {
 		{"bench", "--via", "nope"},
 		{"bench", "--via", "client", "--workload", "mixed"},
 		{"bench", "--fifo-slack", "-1s"},
+		{"bench", "--shape", "zigzag"},
+		{"bench", "--shape", "batch", "--workload", "contended"},
+		{"bench", "--shape", "batch", "--via", "client"},
+		{"bench", "--shape", "batch", "--rate", "100"},
 	} {
 		code, out, errs := runArgs(t, nil, args...)
 		if code != exitBadUsage || out != "" || strings.Count(errs, "\n") != 1 {
@@ -124,6 +128,37 @@ func TestBenchAgainstFake(t *testing.T) {
 	}
 	if res.Cycles == 0 || len(res.Errors) != 0 || res.WaitMs != -1 || res.Addrs[0] != srv.Addr() {
 		t.Fatalf("result %+v", res)
+	}
+}
+
+// --shape batch: the rounds' latency in the summary and in the JSON a
+// script reads.
+func TestBenchBatchAgainstFake(t *testing.T) {
+	srv, err := benchtest.Start(benchtest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	code, out, errs := runArgs(t, nil, "bench", "--addr", srv.Addr(), "--shape", "batch", "--conns", "1", "--depth", "4",
+		"--keys", "100", "--ops", "400", "--warmup", "0", "--quiet", "--json", "-")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s", code, errs)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("stdout is not the JSON result: %v\n%s", err, out)
+	}
+	rounds, _ := m["round_us"].(map[string]any)
+	for _, kind := range []string{"acquire", "release"} {
+		if l, _ := rounds[kind].(map[string]any); l == nil || l["count"] != 100.0 || l["p99"] == 0.0 {
+			t.Errorf("round_us %s = %v, want 400 cycles in 100 rounds of 4 (one connection: no other takes part of a round's budget)", kind, rounds[kind])
+		}
+	}
+	if m["shape"] != "batch" || m["cycles"] != 400.0 {
+		t.Errorf("shape %v, cycles %v", m["shape"], m["cycles"])
+	}
+	if !strings.Contains(errs, "acq round") || !strings.Contains(errs, "rel round") {
+		t.Errorf("summary on stderr lacks the rounds:\n%s", errs)
 	}
 }
 
