@@ -37,6 +37,37 @@ type driveOpts struct {
 	// grace bounds how long outstanding calls may take after the end
 	// before they are abandoned.
 	grace time.Duration
+	// shape is the shape of the pipelined load asked for, as baton
+	// bench's --shape: "" takes the system's own, the only one its
+	// driver has (Redis uncontended: batches; etcd: a sliding window,
+	// each session making its own calls); a shape the driver does not
+	// have is refused (checkShape).
+	shape string
+}
+
+// checkShape refuses a --shape the system's driver cannot run. Each
+// driver has one shape: go-redis's Pipeline writes its commands and
+// returns once all are answered, so a Redis connection sends rounds
+// (bench.ShapeBatch), while etcd's sessions each wait for their own calls
+// on a shared client, a sliding window (bench.ShapeWindow). The flag lets
+// a script that compares with baton bench --shape say which it means, and
+// fail rather than compare two shapes.
+func checkShape(o *driveOpts) error {
+	own := bench.ShapeWindow
+	if o.system == "redis" && o.workload == workloadUncontended {
+		own = bench.ShapeBatch
+	}
+	switch o.shape {
+	case "", own:
+		return nil
+	case bench.ShapeWindow, bench.ShapeBatch:
+		what := "a sliding window (each cycle slot makes its own calls)"
+		if own == bench.ShapeBatch {
+			what = "batches (a go-redis Pipeline of --depth SETs, then one of their releases)"
+		}
+		return fmt.Errorf("drive: --shape %s: %s %s runs %s only", o.shape, o.system, o.workload, what)
+	}
+	return fmt.Errorf("drive: --shape %q: want %s or %s", o.shape, bench.ShapeWindow, bench.ShapeBatch)
 }
 
 // tally is what one worker gathers; it is merged once, at the end, so the
@@ -46,10 +77,15 @@ type tally struct {
 	cycles   int64 // measured, completed
 	errs     map[string]int64
 	lastDone time.Time
+	// acqRound and relRound (batches) are the latencies of whole
+	// pipelines, from writing one to its last answer: those of acquires
+	// and those of releases, as bench.Result.RoundUs has them.
+	acqRound, relRound *bench.Histogram
 }
 
 func newTally() *tally {
-	return &tally{acq: bench.NewHistogram(), cyc: bench.NewHistogram(), errs: map[string]int64{}}
+	return &tally{acq: bench.NewHistogram(), cyc: bench.NewHistogram(),
+		acqRound: bench.NewHistogram(), relRound: bench.NewHistogram(), errs: map[string]int64{}}
 }
 
 // clock tells a worker when to start a cycle and whether a cycle counts: it
@@ -141,6 +177,26 @@ func (t *tally) record(c clock, start, granted, done time.Time) {
 	t.lastDone = done
 }
 
+// recordRound files one round of pipelines (a batch) when it lies in the
+// measured time: the acquires, written at sent and answered in full at
+// granted, then the releases, written at relSent and answered in full at
+// done, or none when nothing was granted (relSent zero). Both pipelines
+// of a round count or neither, so that the release rounds are those of
+// the acquire rounds, as in baton bench's result.
+func (t *tally) recordRound(c clock, sent, granted, relSent, done time.Time) {
+	end := done
+	if relSent.IsZero() {
+		end = granted
+	}
+	if !c.measured(sent, end) {
+		return
+	}
+	t.acqRound.Record(granted.Sub(sent))
+	if !relSent.IsZero() {
+		t.relRound.Record(done.Sub(relSent))
+	}
+}
+
 // errKind names an error for the counts without its variable details.
 func errKind(err error) string {
 	switch {
@@ -190,6 +246,8 @@ func runWorkers(ctx context.Context, o *driveOpts, n int, w worker) *bench.Resul
 	for _, t := range tallies {
 		total.acq.Merge(t.acq)
 		total.cyc.Merge(t.cyc)
+		total.acqRound.Merge(t.acqRound)
+		total.relRound.Merge(t.relRound)
 		total.cycles += t.cycles
 		for k, v := range t.errs {
 			total.errs[k] += v
@@ -203,6 +261,10 @@ func runWorkers(ctx context.Context, o *driveOpts, n int, w worker) *bench.Resul
 		Stop: "time", Unit: "cycles", Rate: o.rate,
 	}
 	res.CyclesPerSec = float64(res.Cycles) / o.duration.Seconds()
+	if rounds := total.acqRound.Summary(); rounds.Count > 0 {
+		res.Shape = bench.ShapeBatch
+		res.RoundUs = &bench.RoundLatency{Acquire: rounds, Release: total.relRound.Summary()}
+	}
 	if c.pacers != nil {
 		res.NoteBehind(bench.TotalBehind(c.pacers, c.end.Sub(c.base)))
 	}

@@ -8,7 +8,7 @@
 // same thing whichever system produced it.
 //
 //	compare drive --system etcd|redis --endpoints LIST --workload uncontended|contended \
-//	    [--conns N] [--depth N] [--rate N] [--keys N] [--lease D] [--duration D] [--warmup D] --json FILE
+//	    [--conns N] [--depth N] [--shape window|batch] [--rate N] [--keys N] [--lease D] [--duration D] [--warmup D] --json FILE
 //	compare ready --system etcd|redis|baton --endpoints LIST [--timeout D]
 //	compare table MANIFEST
 package main
@@ -32,15 +32,21 @@ import (
 const usage = `compare: measure etcd and Redis locks the way baton bench measures baton.
 
   compare drive --system etcd|redis --endpoints HOST:PORT[,...] --workload uncontended|contended
-                [--conns N] [--depth N] [--rate N] [--keys N] [--lease D] [--duration D]
-                [--warmup D] --json FILE
+                [--conns N] [--depth N] [--shape window|batch] [--rate N] [--keys N]
+                [--lease D] [--duration D] [--warmup D] --json FILE
       run one measurement and write a baton bench JSON result (etcd:
       concurrency.Mutex Lock+Unlock on a session per slot; Redis: SET NX PX
       and a compare-and-delete script; see README.md). --rate N runs open
       loop, as baton bench --rate: N lock cycles per second in total, on a
       fixed schedule spread over the connections, latency counted from each
       cycle's intended start; --depth still caps the cycles in flight per
-      connection. 0 (the default) is closed loop: saturation.
+      connection. 0 (the default) is closed loop: saturation. --shape
+      names the shape of the pipelined load, as baton bench's: each driver
+      has one, and refuses the other (Redis uncontended: batch, a pipeline
+      of --depth SETs, then one of the releases of those granted, reported
+      with round_us as baton bench --shape batch; etcd, and Redis
+      contended: window).
+      Empty (the default): the system's own.
   compare ready --system etcd|redis|baton --endpoints HOST:PORT[,...] [--timeout D]
       wait until the system serves (etcd: prints the leader's endpoint;
       baton: one lock cycle succeeded at the first endpoint)
@@ -111,6 +117,7 @@ func drive(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.workload, "workload", workloadUncontended, "uncontended or contended")
 	fs.IntVar(&o.conns, "conns", 16, "client connections")
 	fs.IntVar(&o.depth, "depth", 1, "lock cycles in flight per connection")
+	fs.StringVar(&o.shape, "shape", "", "window or batch, as baton bench's; empty: the system's own (Redis uncontended: batch; else window)")
 	fs.Float64Var(&o.rate, "rate", 0, "open loop: lock cycles per second over all connections (0: closed loop)")
 	fs.IntVar(&o.keys, "keys", 1_000_000, "uncontended: distinct keys")
 	fs.DurationVar(&o.lease, "lease", 10*time.Second, "lease (etcd: session TTL, whole seconds)")
@@ -134,6 +141,11 @@ func drive(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("drive: unknown workload %q", o.workload)
 	case o.workload == workloadContended && o.depth != 1:
 		return errors.New("drive: contended runs one lock cycle per connection (--depth 1)")
+	case o.system != "etcd" && o.system != "redis":
+		return fmt.Errorf("drive: unknown system %q", o.system)
+	}
+	if err := checkShape(&o); err != nil {
+		return err
 	}
 	var res *bench.Result
 	var err error

@@ -37,8 +37,12 @@ func newRedisClient(addr string, conns int) *redis.Client {
 // Each of conns workers holds one connection of the pool.
 //
 // Uncontended: a worker acquires depth keys of its own in one pipeline,
-// then releases them in a second one (depth 1: no pipelining). The acquire
-// latency is the first pipeline's round trip, the cycle's both. In open
+// then releases those granted in a second one (depth 1: a command at a
+// time): batches, baton bench's --shape batch, the only shape go-redis's
+// Pipeline sends, since Exec returns once every answer is in. The acquire latency is the
+// first pipeline's round trip (go-redis shows no answer before the
+// last), the cycle's both; the result's RoundUs has each pipeline's, as
+// baton bench --shape batch reports its rounds. In open
 // loop a pipeline carries the cycles of the schedule that are due when it
 // is sent (at least one, at most depth), and each cycle's latencies count
 // from its intended start.
@@ -93,6 +97,7 @@ func redisUncontended(ctx context.Context, rdb *redis.Client, prefix string, id,
 		for s := range batch {
 			sets[s] = pipe.Do(cctx, "set", keys[s], vals[s], "nx", "px", leaseMs)
 		}
+		sent := time.Now()
 		_, _ = pipe.Exec(cctx)
 		granted := time.Now()
 		anyHeld := false
@@ -105,6 +110,7 @@ func redisUncontended(ctx context.Context, rdb *redis.Client, prefix string, id,
 		}
 		if !anyHeld {
 			cancel()
+			t.recordRound(c, sent, granted, time.Time{}, time.Time{})
 			continue
 		}
 		pipe = rdb.Pipeline()
@@ -113,9 +119,11 @@ func redisUncontended(ctx context.Context, rdb *redis.Client, prefix string, id,
 				dels[s] = unlockScript.EvalSha(cctx, pipe, []string{keys[s]}, vals[s])
 			}
 		}
+		relSent := time.Now()
 		_, _ = pipe.Exec(cctx)
 		cancel()
 		done := time.Now()
+		t.recordRound(c, sent, granted, relSent, done)
 		for s := range batch {
 			if !held[s] {
 				continue

@@ -240,6 +240,9 @@ func TestRunUsage(t *testing.T) {
 		{"drive", "--system", "redis", "--endpoints", "127.0.0.1:1", "--rate", "-1"},
 		{"drive", "--system", "redis", "--endpoints", "127.0.0.1:1", "--rate", "NaN"},
 		{"drive", "--system", "redis", "--endpoints", "127.0.0.1:1", "--rate", "1e12"},
+		{"drive", "--system", "redis", "--endpoints", "127.0.0.1:1", "--depth", "16", "--shape", "window"},
+		{"drive", "--system", "etcd", "--endpoints", "127.0.0.1:1", "--depth", "16", "--shape", "batch"},
+		{"drive", "--system", "redis", "--endpoints", "127.0.0.1:1", "--shape", "zigzag"},
 		{"ready", "--system", "etcd"},
 		{"table"},
 	} {
