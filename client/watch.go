@@ -159,6 +159,12 @@ func (cl *Client) watchConn(ctx context.Context, nc net.Conn, lr *codec.LineRead
 		}
 		if line == nil {
 			_ = nc.SetReadDeadline(time.Now().Add(watchSilence))
+			if ctx.Err() != nil {
+				// The end's deadline (stop, above) may have come just
+				// before the one set here, which would then keep this
+				// read for watchSilence.
+				return "", served, ctx.Err()
+			}
 			n, err := nc.Read(lr.Free())
 			lr.Filled(n)
 			var ne net.Error

@@ -158,7 +158,7 @@ func FreeAddrs(t testing.TB, n int) []string {
 	return addrs
 }
 
-// handedOut is every address freeAddrs returned in this process: a port
+// handedOut is every address freeAddrs or listenNew returned in this process: a port
 // closed after one call may come back from the kernel in the next, while
 // the first caller is still about to bind it (a chaos run once got one port
 // as a node's Raft address and another node's client address).
@@ -167,10 +167,38 @@ var handedOut struct {
 	addrs map[string]bool
 }
 
-// freeAddrs keeps all its listeners open until it has n ports it never
-// returned before, so the n ports are distinct from each other and from
-// those of earlier calls.
+// freeAddrs returns n ports of 127.0.0.1 that it (or listenNew) never
+// returned before, distinct from each other and from those of earlier
+// calls.
 func freeAddrs(n int) ([]string, error) {
+	ls, err := newListeners(n)
+	if err != nil {
+		return nil, err
+	}
+	addrs := make([]string, 0, n)
+	for _, l := range ls {
+		addrs = append(addrs, l.Addr().String())
+		l.Close()
+	}
+	return addrs, nil
+}
+
+// listenNew listens on a port of 127.0.0.1 that freeAddrs never returned:
+// a proxy's port must not be one that freeAddrs returned, closed, to a
+// node about to bind it (a partition test once got one port as node 1's
+// Raft address, a proxy's, and node 2's client address).
+func listenNew() (net.Listener, error) {
+	ls, err := newListeners(1)
+	if err != nil {
+		return nil, err
+	}
+	return ls[0], nil
+}
+
+// newListeners returns n open listeners on ports never handed out before
+// in this process, and records them as handed out. It keeps every listener
+// open until it has n, so that the kernel cannot give one port twice.
+func newListeners(n int) ([]net.Listener, error) {
 	handedOut.Lock()
 	defer handedOut.Unlock()
 	if handedOut.addrs == nil || len(handedOut.addrs) > 10_000 {
@@ -179,25 +207,28 @@ func freeAddrs(n int) ([]string, error) {
 		// given up long ago.
 		handedOut.addrs = map[string]bool{}
 	}
-	var ls []net.Listener
+	var rejected, kept []net.Listener
 	defer func() {
-		for _, l := range ls {
+		for _, l := range rejected {
 			l.Close()
 		}
 	}()
-	addrs := make([]string, 0, n)
-	for len(addrs) < n {
+	for len(kept) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
+			for _, k := range kept {
+				k.Close()
+			}
 			return nil, err
 		}
-		ls = append(ls, l)
 		if a := l.Addr().String(); !handedOut.addrs[a] {
 			handedOut.addrs[a] = true
-			addrs = append(addrs, a)
+			kept = append(kept, l)
+		} else {
+			rejected = append(rejected, l)
 		}
 	}
-	return addrs, nil
+	return kept, nil
 }
 
 // built is the batond Main built; "" when it built none.

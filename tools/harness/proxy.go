@@ -134,7 +134,7 @@ type proxy struct {
 
 func startProxy(t testing.TB, l *Links, to int, target string) *proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenNew()
 	if err != nil {
 		t.Fatalf("harness: proxy: %v", err)
 	}
