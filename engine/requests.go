@@ -50,8 +50,9 @@ func (s *shard) handle(cs *connState, r *codec.Request, now int64) bool {
 		s.releaseOrExtend(cs, r)
 	case codec.OpQuery, codec.OpWatch, codec.OpUnwatch:
 		if s.node.clustered() || !s.serving {
-			// Behind a ReadIndex; or, awaiting the fence, until the view
-			// holds every entry before it (reads.go).
+			// Behind a ReadIndex; or, held (awaiting the fence or a new
+			// leader), until this node serves or another is named leader
+			// (reads.go).
 			s.queueRead(cs, r.Op, r.Key)
 			break
 		}
@@ -107,8 +108,9 @@ func (s *shard) acquire(cs *connState, r *codec.Request, now int64) {
 	// has its Grant in flight (the same acquire: a client's clean-up try
 	// after a lost answer must not be told TIMEOUT of a grant that is
 	// about to land). Then it queues, and endTries answers it.
-	undecided := !retry && !fits && r.WaitMs == codec.WaitNone && (!s.serving || s.ownerGranting(ks, r.Owner, r.Permits))
-	if r.WaitMs == codec.WaitNone && !retry && !fits && !undecided {
+	tryFails := r.WaitMs == codec.WaitNone && !retry && !fits
+	undecided := tryFails && (!s.serving || s.ownerGranting(ks, r.Owner, r.Permits))
+	if tryFails && !undecided {
 		if ks.hasLiveWaiter(cs) {
 			s.deferAnswer(cs, ks, r.Op, nil)
 		} else {
