@@ -133,9 +133,7 @@ func TestGrantForNobodyKeptWhenNotServing(t *testing.T) {
 	s.node.closeConn(cs)
 	s.leaderUpdated(2)
 	apply(s, p, cmds, sm.Result{Code: sm.Granted, Token: 1025})
-	s.mu.Lock()
-	pending := s.pending.Len()
-	s.mu.Unlock()
+	pending := batched(s)
 	if pending != 0 {
 		t.Fatalf("%d commands pending on a node that does not serve", pending)
 	}

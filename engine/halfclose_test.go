@@ -140,9 +140,7 @@ func TestProvisionalGrant(t *testing.T) {
 			tc.between(t, s, cs, token)
 			released := s.node.metrics.abandonedReleased.Get()
 			s.node.closeConn(cs)
-			s.mu.Lock()
-			pending := s.pending.Len()
-			s.mu.Unlock()
+			pending := batched(s)
 			if !tc.release {
 				if pending != 0 {
 					t.Fatalf("%d commands proposed, want none", pending)

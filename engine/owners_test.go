@@ -159,9 +159,7 @@ func TestGrantKeptForSameOwner(t *testing.T) {
 	if got := answers(later); len(got) != 1 || got[0] != "A k OK 1025" {
 		t.Fatalf("later answered %q, want the grant", got)
 	}
-	s.mu.Lock()
-	pending := s.pending.Len()
-	s.mu.Unlock()
+	pending := batched(s)
 	if pending != 0 {
 		t.Fatal("the grant was released although the owner's other acquire took it")
 	}
@@ -231,9 +229,7 @@ func TestTryOfOwnerAwaitsItsGrant(t *testing.T) {
 			} else if len(got) != 1 || got[0] != tc.want {
 				t.Fatalf("the owner's try: %q, want %q", got, tc.want)
 			}
-			s.mu.Lock()
-			pending := s.pending.Len()
-			s.mu.Unlock()
+			pending := batched(s)
 			if pending != 0 {
 				t.Fatal("the grant was released although the owner's try took it")
 			}
@@ -254,9 +250,7 @@ func TestSharedGrantKeptForOwnersGrantInFlight(t *testing.T) {
 	request(t, s, retry, "S k 2 10000 -1 o1")
 	p2, cmds2 := take(t, s)
 	apply(s, p1, cmds1, sm.Result{Code: sm.Granted})
-	s.mu.Lock()
-	pending := s.pending.Len()
-	s.mu.Unlock()
+	pending := batched(s)
 	if pending != 0 {
 		t.Fatal("the abandoned grant was given back while its owner's other Grant was in flight")
 	}

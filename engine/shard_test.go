@@ -77,6 +77,13 @@ func request(t *testing.T, s *shard, cs *connState, line string) {
 	s.handle(cs, &r, monoNow())
 }
 
+// batched is how many commands s has batched and not yet proposed.
+func batched(s *shard) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending.Len()
+}
+
 // take returns the shard's next proposal and its decoded commands.
 func take(t *testing.T, s *shard) (*proposal, []sm.Command) {
 	t.Helper()
