@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakeserver import FakeServer
 from servers import Node, Proxy, go_binary, start_cluster
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,3 +56,18 @@ def proxy(node: Node) -> Iterator[Proxy]:
         yield p
     finally:
         p.close()
+
+
+@pytest.fixture(params=["sync", "aio"])
+def kind(request: pytest.FixtureRequest) -> str:
+    """Which client a test drives (tests/drivers.py): each test runs with both."""
+    return str(request.param)
+
+
+@pytest.fixture
+def fakes() -> Iterator[list[FakeServer]]:
+    """The fake servers a test starts, closed after it."""
+    made: list[FakeServer] = []
+    yield made
+    for f in made:
+        f.close()

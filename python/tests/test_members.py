@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
 
+import drivers
 import pytest
 from fakeserver import FakeServer, Script, plain
 from servers import Node, Proxy, wait_for
@@ -23,39 +21,19 @@ import baton._client
 import baton._core
 import baton.aio
 
-T = TypeVar("T")
 
-
-class Driver:
-    """One client, sync or asyncio, behind the same blocking calls."""
-
-    def __init__(self, kind: str, addrs: list[str]) -> None:
-        self.kind = kind
-        self.loop: asyncio.AbstractEventLoop | None = None
-        if kind == "sync":
-            self.sync: baton.Client | None = baton.Client(addrs)
-            return
-        self.sync = None
-        loop = asyncio.new_event_loop()
-        self.loop = loop
-        self.thread = threading.Thread(target=loop.run_forever, daemon=True)
-        self.thread.start()
-        self.aio = baton.aio.Client(addrs)
-        self._run(self.aio.__aenter__())
-
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        assert self.loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
+class Driver(drivers.Driver):
+    """The calls of C - and of the pool, on a client of either kind."""
 
     def query(self, key: str) -> baton.Holder | None:
         if self.sync is not None:
             return self.sync.query(key)
-        return self._run(self.aio.query(key))
+        return self.run(self.aio.query(key))
 
     def members(self) -> list[str]:
         if self.sync is not None:
             return self.sync.members()
-        return self._run(self.aio.members())
+        return self.run(self.aio.members())
 
     def addrs(self) -> list[str]:
         """The addresses of the pool's connections (retired ones left out), sorted."""
@@ -66,35 +44,12 @@ class Driver:
         async def get() -> list[str]:
             return sorted(c.addr for c in self.aio._pool.live())
 
-        return self._run(get())
+        return self.run(get())
 
     def refresh_supported(self) -> bool | None:
         if self.sync is not None:
             return self.sync._refresh_supported
         return self.aio._refresh_supported
-
-    def close(self) -> None:
-        if self.sync is not None:
-            self.sync.close()
-            return
-        assert self.loop is not None
-        self._run(self.aio.close())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-        self.loop.close()
-
-
-@pytest.fixture(params=["sync", "aio"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def fakes() -> Iterator[list[FakeServer]]:
-    made: list[FakeServer] = []
-    yield made
-    for f in made:
-        f.close()
 
 
 def members_script(members: list[str]) -> Script:

@@ -8,8 +8,8 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
+import drivers
 import pytest
 from fakeserver import FakeServer
 from servers import Node, raw_lines, wait_for, wait_until
@@ -241,49 +241,13 @@ def test_permits_bounds_accepted() -> None:
 # --- scripted fake servers, both clients ---------------------------------------------------
 
 
-class Driver:
-    """acquire_shared of one client, sync or asyncio, as a blocking call."""
-
-    def __init__(self, kind: str, addr: str) -> None:
-        self.kind = kind
-        if kind == "sync":
-            self.sync: baton.Client | None = baton.Client(addr)
-            return
-        self.sync = None
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.aio = baton.aio.Client(addr)
-        asyncio.run_coroutine_threadsafe(self.aio.__aenter__(), self.loop).result(timeout=30)
+class Driver(drivers.Driver):
+    """acquire_shared on a client of either kind, as a blocking call."""
 
     def acquire_shared(self, key: str, **kw: object) -> baton.Lock | baton.aio.Lock:
         if self.sync is not None:
             return self.sync.acquire_shared(key, **kw)  # type: ignore[arg-type]
-        return asyncio.run_coroutine_threadsafe(
-            self.aio.acquire_shared(key, **kw), self.loop  # type: ignore[arg-type]
-        ).result(timeout=30)
-
-    def close(self) -> None:
-        if self.sync is not None:
-            self.sync.close()
-            return
-        asyncio.run_coroutine_threadsafe(self.aio.close(), self.loop).result(timeout=30)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-        self.loop.close()
-
-
-@pytest.fixture(params=["sync", "aio"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def fakes() -> Iterator[list[FakeServer]]:
-    made: list[FakeServer] = []
-    yield made
-    for f in made:
-        f.close()
+        return self.run(self.aio.acquire_shared(key, **kw))  # type: ignore[arg-type]
 
 
 OLD_13 = "? - ERR badrequest op must be A, R, K, Q, H, C or M"
