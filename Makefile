@@ -65,7 +65,7 @@ test: $(STATICCHECK) $(PROMTOOL)
 	cd tools/compare && $(GO) vet ./... && $(GO) test ./...
 	$(MAKE) --no-print-directory python-test
 
-# The Python client (python/): mypy --strict, ruff and its tests (which build
+# The Python client (python/): mypy --strict (the client and its tests), ruff and its tests (which build
 # batond and run it), in python/.venv, made on first use with pinned tools
 # from PyPI. pytest's exit status 5 (no tests collected) fails too.
 PYTHON      ?= python3
@@ -83,7 +83,7 @@ $(PY_STAMP): python/pyproject.toml
 
 .PHONY: python-test
 python-test: $(PY_STAMP)
-	cd python && .venv/bin/mypy --strict src
+	cd python && .venv/bin/mypy --strict src tests
 	cd python && .venv/bin/ruff check .
 	cd python && GO="$(GO)" .venv/bin/pytest -q
 

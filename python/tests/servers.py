@@ -172,6 +172,18 @@ def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+def leader(nodes: list[Node], timeout: float = 15.0) -> Node:
+    """The running, unpaused node that leads (Node.leads), once one does."""
+    found: list[Node] = []
+
+    def one() -> bool:
+        found[:] = [n for n in nodes if n.running() and not n.paused and n.leads()]
+        return bool(found)
+
+    wait_for(one, timeout, "a leader")
+    return found[0]
+
+
 async def wait_until(cond: Callable[[], bool | Awaitable[bool]], timeout: float,
                      what: str) -> None:
     """wait_for for asyncio tests: polls cond (sync or async) until it holds."""

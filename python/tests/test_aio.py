@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from servers import Node, Proxy, raw_lines, wait_until
+from servers import Node, Proxy, leader, raw_lines, wait_until
 
 import baton
 import baton.aio
@@ -431,8 +431,6 @@ async def test_cluster_moved_and_killed_leader(cluster: list[Node]) -> None:
 async def test_cancel_during_failover_leaves_nothing_held(cluster: list[Node]) -> None:
     """Acquires cancelled while the leader is paused (SIGSTOP) and the cluster elects
     another: none of them leaves a grant behind."""
-    from test_cluster import leader
-
     lead = leader(cluster)
     others = [n for n in cluster if n is not lead]
     async with baton.aio.Client([n.addr for n in cluster]) as client:

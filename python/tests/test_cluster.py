@@ -5,16 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from servers import Node, wait_for
+from servers import Node, leader, wait_for
 
 import baton
-
-
-def leader(nodes: list[Node]) -> Node:
-    found: list[Node] = []
-    wait_for(lambda: bool(found.extend(n for n in nodes if n.running() and not n.paused
-                                       and n.leads()) or found), 15.0, "a leader")
-    return found[0]
 
 
 def settled_leader(nodes: list[Node]) -> Node:

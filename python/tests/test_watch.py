@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator, Generator
 from typing import Any
 
 import pytest
-from servers import Node, Proxy, wait_for, wait_until
+from servers import Node, Proxy, leader, wait_for, wait_until
 
 import baton
 import baton.aio
@@ -57,13 +57,6 @@ def watch_pair(proxy: Proxy, key: str) -> Any:
         return bool(found)
 
     wait_for(look, 5.0, f"W {key} through the proxy")
-    return found[0]
-
-
-def leader(nodes: list[Node]) -> Node:
-    found: list[Node] = []
-    wait_for(lambda: bool(found.extend(n for n in nodes if n.running() and n.leads())
-                          or found), 15.0, "a leader")
     return found[0]
 
 
