@@ -59,12 +59,10 @@ func (b *batcher) round(now time.Duration) {
 
 func (b *batcher) response(r *codec.Response, now time.Duration) {
 	c := b.cycler
-	i, ok := c.pair(r)
+	i, ok := c.answered(r)
 	if !ok {
-		c.unpaired(r)
 		return
 	}
-	c.inflight--
 	s := &c.slots[i]
 	s.step = -1
 	switch {

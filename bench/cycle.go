@@ -196,12 +196,10 @@ func (c *cycler) finish(i int, now time.Duration) {
 }
 
 func (c *cycler) response(r *codec.Response, now time.Duration) {
-	i, ok := c.pair(r)
+	i, ok := c.answered(r)
 	if !ok {
-		c.unpaired(r)
 		return
 	}
-	c.inflight--
 	s := &c.slots[i]
 	good := r.Status == codec.StatusOK
 	if r.Op == codec.OpQuery {
@@ -308,6 +306,19 @@ func checkGrant(st *connStats, lines *keyLines, spec *cycleSpec, lease time.Dura
 		}
 		s.lastGrant = now
 	}
+}
+
+// answered takes in an answer read from the server: the slot it belongs
+// to, whose request is no longer in flight, or false for an answer that
+// pairs with none (counted as such).
+func (c *cycler) answered(r *codec.Response) (int, bool) {
+	i, ok := c.pair(r)
+	if !ok {
+		c.unpaired(r)
+		return 0, false
+	}
+	c.inflight--
+	return i, true
 }
 
 // pair finds the slot an answer belongs to: the echoed key names it, and the
