@@ -50,6 +50,10 @@ const (
 	// after it learned so: time for the change to finish, then it exits
 	// (PROTOCOL.md: within 30 s).
 	removedExit = 20 * time.Second
+	// changeLockWait is how long an operator's change waits for the
+	// coordinator to finish what it is doing (a periodic check, the end of
+	// a change it found) before it is refused as a change under way.
+	changeLockWait = time.Second
 	// changeRetryPause spaces two tries of one step of a change in a shard.
 	changeRetryPause = 50 * time.Millisecond
 	// cutOffAsk is how long this node must have known no leader of shard
@@ -296,10 +300,10 @@ func (n *Node) memberChange(cs *connState, verb string, args []string) *codec.Re
 		c := d.Change
 		return refuse("a membership change is under way (%s of member %d): retry once it is done", c.Kind, c.ID)
 	}
-	if !n.changeMu.TryLock() {
+	if !n.lockChange(changeLockWait) {
 		return refuse("a membership change is under way: retry once it is done")
 	}
-	defer n.changeMu.Unlock()
+	defer n.unlockChange()
 	ctx, cancel := n.changeContext()
 	defer cancel()
 	d := n.view()
@@ -386,6 +390,34 @@ func (c *change) is(d *directory, verb string, args []string) bool {
 	}
 	return false
 }
+
+// lockChange takes the coordinator's one slot for a change, waiting at
+// most wait for it. An operator's change waits a little, so that it is
+// not refused for the moment the coordinator spends on a periodic check
+// or on clearing a change it just finished; the coordinator's own loop
+// never waits (it comes back every membershipInterval).
+func (n *Node) lockChange(wait time.Duration) bool {
+	select {
+	case n.changing <- struct{}{}:
+		return true
+	default:
+	}
+	if wait <= 0 {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case n.changing <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-n.stopC:
+	}
+	return false
+}
+
+// unlockChange gives back the slot that lockChange took.
+func (n *Node) unlockChange() { <-n.changing }
 
 // changeContext bounds one membership change by changeTimeout and the
 // node's stop.
@@ -786,10 +818,10 @@ func (n *Node) coordinating() bool {
 // it, finishes a change that its coordinator left, and promotes a learner
 // that has caught up.
 func (n *Node) coordinate(d *directory) {
-	if n.shards[0].stats.clusterVersion.Load() < sm.LevelMembership || !n.changeMu.TryLock() {
+	if n.shards[0].stats.clusterVersion.Load() < sm.LevelMembership || !n.lockChange(0) {
 		return
 	}
-	defer n.changeMu.Unlock()
+	defer n.unlockChange()
 	ctx, cancel := n.changeContext()
 	defer cancel()
 	switch {

@@ -122,14 +122,18 @@ func TestMembershipChangeUnderWay(t *testing.T) {
 		return string(codec.AppendResponse(nil, n.member(cs, args)))
 	}
 
-	n.changeMu.Lock()
+	if !n.lockChange(changeTimeout) {
+		t.Fatal("the coordinator kept the change slot")
+	}
 	if got := answer("ADD", "127.0.0.1:1/127.0.0.1:2"); !strings.HasPrefix(got, "M - ERR refused a membership change is under way") {
 		t.Errorf("ADD while the coordinator makes a change: %q", got)
 	}
-	n.changeMu.Unlock()
+	n.unlockChange()
 
 	// A coordinator that wrote the add of member 2 and died.
-	n.changeMu.Lock()
+	if !n.lockChange(changeTimeout) {
+		t.Fatal("the coordinator kept the change slot")
+	}
 	d := n.view()
 	nd, err := addMember(d, []string{"127.0.0.1:1/127.0.0.1:2"})
 	if err != nil {
@@ -143,7 +147,7 @@ func TestMembershipChangeUnderWay(t *testing.T) {
 	if got := answer("ADD", "127.0.0.1:3/127.0.0.1:4"); !strings.HasPrefix(got, "M - ERR refused a membership change is under way (add of member 2)") {
 		t.Errorf("ADD while another add is written: %q", got)
 	}
-	n.changeMu.Unlock()
+	n.unlockChange()
 
 	waitFor(t, "the coordinator to finish the add it found", func() bool { return n.view().Change == nil })
 	for _, s := range n.shards {

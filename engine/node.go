@@ -116,7 +116,7 @@ type Node struct {
 	// Membership (members.go, membership.go, join.go).
 	members    atomic.Pointer[directory] // the view: shard 1's applied directory, or the bootstrap one
 	dirChanged chan struct{}             // a slot: the view changed, for runMembership
-	changeMu   sync.Mutex                // held by the coordinator while it carries out a change
+	changing   chan struct{}             // a slot, held by the coordinator while it carries out or checks a change (lockChange); taken before any shard's mu
 	stopOnce   sync.Once
 	stopC      chan struct{}
 	loops      sync.WaitGroup // timer, proposer and snapshotter goroutines (and the others that stop with stopC)
@@ -223,6 +223,7 @@ func (n *Node) start() error {
 	}
 	n.handOffs = make(chan handOffRequest, len(n.shards))
 	n.dirChanged = make(chan struct{}, 1)
+	n.changing = make(chan struct{}, 1)
 	n.members.Store(n.bootstrapView())
 	n.registerGauges()
 	me := n.cfg.self()
