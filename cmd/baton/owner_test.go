@@ -34,12 +34,16 @@ func startScripted(t *testing.T, answer func(line string) string) *scriptedServe
 		t.Fatal(err)
 	}
 	s := &scriptedServer{ln: ln, answer: answer}
+	// conns counts the accept loop too, so that its Add of a connection
+	// never meets the cleanup's Wait at a count of zero (a race).
 	var conns sync.WaitGroup
 	t.Cleanup(func() {
 		ln.Close()
 		conns.Wait()
 	})
+	conns.Add(1)
 	go func() {
+		defer conns.Done()
 		for {
 			nc, err := ln.Accept()
 			if err != nil {
