@@ -301,6 +301,11 @@ func (n *Node) memberChange(cs *connState, verb string, args []string) *codec.Re
 		return refuse("a membership change is under way (%s of member %d): retry once it is done", c.Kind, c.ID)
 	}
 	if !n.lockChange(changeLockWait) {
+		select {
+		case <-n.stopC:
+			return memberAnswer(codec.StatusErr, codec.CodeUnavailable, "this member is stopping: retry on another")
+		default:
+		}
 		return refuse("a membership change is under way: retry once it is done")
 	}
 	defer n.unlockChange()

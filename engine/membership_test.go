@@ -248,3 +248,31 @@ func fakeWhois(t *testing.T, answer string) string {
 	}()
 	return l.Addr().String()
 }
+
+// TestLockChange: the change slot is taken at once when free; taken, it is
+// refused at once without a wait, had once its holder gives it back within
+// the wait, and refused when the wait runs out or the node stops.
+func TestLockChange(t *testing.T) {
+	n := &Node{changing: make(chan struct{}, 1), stopC: make(chan struct{})}
+	if !n.lockChange(0) {
+		t.Fatal("a free slot refused")
+	}
+	if n.lockChange(0) {
+		t.Fatal("a taken slot taken again without a wait")
+	}
+	if n.lockChange(10 * time.Millisecond) {
+		t.Fatal("a taken slot taken again after the wait ran out")
+	}
+	go n.unlockChange()
+	if !n.lockChange(time.Minute) {
+		t.Fatal("the slot not had once its holder gave it back")
+	}
+	close(n.stopC)
+	start := time.Now()
+	if n.lockChange(time.Minute) {
+		t.Fatal("a taken slot taken on a stopping node")
+	}
+	if waited := time.Since(start); waited > 10*time.Second {
+		t.Fatalf("the stop ended a wait only after %v", waited)
+	}
+}
