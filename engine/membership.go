@@ -597,21 +597,40 @@ func (n *Node) finishChange(ctx context.Context) error {
 			return fmt.Errorf("shard %d: %w", s.id, err)
 		}
 	}
-	nd := d.clone()
-	nd.Change = nil
-	switch c.Kind {
-	case changeRemove:
-		nd.Members = slices.DeleteFunc(nd.Members, func(o member) bool { return o.ID == c.ID })
-		nd.Removed = append(nd.Removed, c.ID)
-	case changePromote:
-		i := slices.IndexFunc(nd.Members, func(o member) bool { return o.ID == c.ID })
-		m := nd.Members[i]
-		m.Role, m.Ready = roleVoter, false
-		// Last in priority among the voters (count keeps the order).
-		nd.Members = append(slices.Delete(nd.Members, i, i+1), m)
+	return n.clearChange(ctx, d)
+}
+
+// clearChange is the last step of d's change: the directory written
+// without it, the member removed or promoted. A learner that reports
+// itself caught up (reportCaughtUp) may write the directory meanwhile;
+// while the change is still the one under way, the step is taken again on
+// that newer directory, so that the report neither fails the change nor
+// is lost.
+func (n *Node) clearChange(ctx context.Context, d *directory) error {
+	c := *d.Change
+	for {
+		nd := d.clone()
+		nd.Change = nil
+		switch c.Kind {
+		case changeRemove:
+			nd.Members = slices.DeleteFunc(nd.Members, func(o member) bool { return o.ID == c.ID })
+			nd.Removed = append(nd.Removed, c.ID)
+		case changePromote:
+			i := slices.IndexFunc(nd.Members, func(o member) bool { return o.ID == c.ID })
+			m := nd.Members[i]
+			m.Role, m.Ready = roleVoter, false
+			// Last in priority among the voters (count keeps the order).
+			nd.Members = append(slices.Delete(nd.Members, i, i+1), m)
+		}
+		nd.count()
+		err := n.writeDirectory(ctx, d, nd)
+		if !errors.Is(err, errConflict) || ctx.Err() != nil {
+			return err
+		}
+		if d = n.view(); d.Change == nil || *d.Change != c {
+			return err
+		}
 	}
-	nd.count()
-	return n.writeDirectory(ctx, d, nd)
 }
 
 // changeShard makes change c, of member m, in shard's Raft membership,

@@ -276,3 +276,56 @@ func TestLockChange(t *testing.T) {
 		t.Fatalf("the stop ended a wait only after %v", waited)
 	}
 }
+
+// TestClearChangeAfterReadyReport: a learner's report that it caught up,
+// written between a change's shard steps and its last step, does not fail
+// the change, and the report is kept.
+func TestClearChangeAfterReadyReport(t *testing.T) {
+	n := startTestNode(t, nil)
+	waitFor(t, "the first directory", func() bool { return n.view().version > 0 })
+	// The coordinator's loop stays out: the slot is the test's to the end.
+	if !n.lockChange(changeTimeout) {
+		t.Fatal("the coordinator kept the change slot")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), changeTimeout)
+	defer cancel()
+
+	// Member 2 added as a learner and the add under way: written, then made
+	// in every shard.
+	d := n.view()
+	added, err := addMember(d, []string{"127.0.0.1:1/127.0.0.1:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.writeDirectory(ctx, d, added); err != nil {
+		t.Fatal(err)
+	}
+	underWay := n.view()
+	m2, _ := underWay.member(2)
+	for _, s := range n.shards {
+		if err := n.changeShard(ctx, s.id, underWay.Change, m2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Member 2 reports itself caught up on the directory it knows.
+	ready := underWay.clone()
+	ready.Members[slices.IndexFunc(ready.Members, func(m member) bool { return m.ID == 2 })].Ready = true
+	if err := n.writeDirectory(ctx, underWay, ready); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := n.clearChange(ctx, underWay); err != nil {
+		t.Fatalf("the last step after the report: %v", err)
+	}
+	got := n.view()
+	if m, _ := got.member(2); got.Change != nil || m.Role != roleLearner || !m.Ready {
+		t.Errorf("after the change: change %+v, member 2 %+v; want no change, member 2 a ready learner", got.Change, m)
+	}
+	// A change that is no longer the one under way is not cleared again.
+	if err := n.clearChange(ctx, underWay); !errors.Is(err, errConflict) {
+		t.Errorf("the last step of a change already cleared: %v, want errConflict", err)
+	}
+	if v := n.view().version; v != got.version {
+		t.Errorf("directory version %d after a refused clear, want %d", v, got.version)
+	}
+}
