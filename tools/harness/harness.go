@@ -20,12 +20,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -134,101 +132,6 @@ func ModuleRoot() (string, error) {
 		return "", errors.New("not inside a Go module")
 	}
 	return filepath.Dir(gomod), nil
-}
-
-// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago.
-//
-// The port is found by listening on port 0 and closing the listener, so
-// another process can take it before batond binds it. The window is tiny and
-// the kernel hands out ephemeral ports round-robin, so a clash is rare;
-// StartNode and StartCluster retry once on new ports when a node reports
-// "address in use".
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	return FreeAddrs(t, 1)[0]
-}
-
-// FreeAddrs returns n distinct free 127.0.0.1 addresses (see FreeAddr).
-func FreeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	addrs, err := freeAddrs(n)
-	if err != nil {
-		t.Fatalf("harness: free ports: %v", err)
-	}
-	return addrs
-}
-
-// handedOut is every address freeAddrs or listenNew returned in this process: a port
-// closed after one call may come back from the kernel in the next, while
-// the first caller is still about to bind it (a chaos run once got one port
-// as a node's Raft address and another node's client address).
-var handedOut struct {
-	sync.Mutex
-	addrs map[string]bool
-}
-
-// freeAddrs returns n ports of 127.0.0.1 that it (or listenNew) never
-// returned before, distinct from each other and from those of earlier
-// calls.
-func freeAddrs(n int) ([]string, error) {
-	ls, err := newListeners(n)
-	if err != nil {
-		return nil, err
-	}
-	addrs := make([]string, 0, n)
-	for _, l := range ls {
-		addrs = append(addrs, l.Addr().String())
-		l.Close()
-	}
-	return addrs, nil
-}
-
-// listenNew listens on a port of 127.0.0.1 that freeAddrs never returned:
-// a proxy's port must not be one that freeAddrs returned, closed, to a
-// node about to bind it (a partition test once got one port as node 1's
-// Raft address, a proxy's, and node 2's client address).
-func listenNew() (net.Listener, error) {
-	ls, err := newListeners(1)
-	if err != nil {
-		return nil, err
-	}
-	return ls[0], nil
-}
-
-// newListeners returns n open listeners on ports never handed out before
-// in this process, and records them as handed out. It keeps every listener
-// open until it has n, so that the kernel cannot give one port twice.
-func newListeners(n int) ([]net.Listener, error) {
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	if handedOut.addrs == nil || len(handedOut.addrs) > 10_000 {
-		// Forget the oldest calls' ports rather than run out of new ones
-		// (there are about 28,000 ephemeral ports): theirs were bound or
-		// given up long ago.
-		handedOut.addrs = map[string]bool{}
-	}
-	var rejected, kept []net.Listener
-	defer func() {
-		for _, l := range rejected {
-			l.Close()
-		}
-	}()
-	for len(kept) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			for _, k := range kept {
-				k.Close()
-			}
-			return nil, err
-		}
-		if a := l.Addr().String(); !handedOut.addrs[a] {
-			handedOut.addrs[a] = true
-			kept = append(kept, l)
-		} else {
-			rejected = append(rejected, l)
-		}
-	}
-	return kept, nil
 }
 
 // built is the batond Main built; "" when it built none.

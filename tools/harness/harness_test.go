@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -265,6 +266,12 @@ func TestFreeAddrs(t *testing.T) {
 			t.Fatalf("%s is not free: %v", a, err)
 		}
 		l.Close()
+		// Below the ephemeral range, where the kernel gives no outgoing
+		// connection a port (where the range is known).
+		_, port, _ := net.SplitHostPort(a)
+		if p, _ := strconv.Atoi(port); ephemeralLow() > lowestPort && (p < lowestPort || p >= ephemeralLow()) {
+			t.Errorf("%s: not in [%d, %d)", a, lowestPort, ephemeralLow())
+		}
 	}
 }
 
