@@ -451,7 +451,7 @@ func TestClusterSnapshotInstallThenLeads(t *testing.T) {
 	for i := range 300 {
 		k := fmt.Sprintf("s/load/%d", i%20)
 		tok := acquireOnLeader(t, majority, c1, k, 60000)
-		releaseOnLeader(t, majority, c1, k, tok)
+		releaseKey(t, c1, k, tok)
 		last[k] = tok
 	}
 	for _, k := range clusterKeys[4:8] {
@@ -636,22 +636,4 @@ func acquireOnLeader(t *testing.T, nodes []*harness.Node, c *harness.Conn, key s
 	}
 	t.Fatalf("acquire of %s: no grant in 5 tries", key)
 	return 0
-}
-
-// releaseOnLeader releases key's grant tok through c, a connection to
-// nodes[0], riding out a leadership change as acquireOnLeader does: a
-// retry answered NOTHELD means that the release it retries committed.
-func releaseOnLeader(t *testing.T, nodes []*harness.Node, c *harness.Conn, key string, tok uint64) {
-	t.Helper()
-	for try := range 5 {
-		got := c.Do(t, fmt.Sprintf("R %s %d", key, tok))
-		if got == "R "+key+" OK" || (try > 0 && got == "R "+key+" NOTHELD") {
-			return
-		}
-		if !leaderless(got) {
-			t.Fatalf("release of %s %d: %q", key, tok, got)
-		}
-		waitLeads(t, nodes, nodes[0], 10*time.Second)
-	}
-	t.Fatalf("release of %s %d: not done in 5 tries", key, tok)
 }
